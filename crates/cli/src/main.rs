@@ -1,0 +1,4 @@
+//! The `nfkit` command.
+fn main() {
+    println!("nfkit: under construction");
+}

@@ -1,0 +1,1 @@
+//! Network functions: NAT, bridge, Maglev LB, policer, firewall, LPM router

@@ -1,0 +1,1 @@
+//! Packets: typed headers, checksums, flow keys, builders

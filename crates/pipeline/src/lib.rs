@@ -1,0 +1,1 @@
+//! The SoftNIC layer: modules, metadata, workers, scheduler, config language

@@ -1,0 +1,113 @@
+//! # nfkit-port: one port interface for the queue model
+//!
+//! A [`Port`] moves batches of pool buffers ([`Batch`] of [`PktBuf`]) in
+//! and out of one backend: 82599 queues, AF_XDP, AF_PACKET, TAP, pcap
+//! files, null/source/sink. Every command takes a port by its spec string
+//! (see `spec`).
+//!
+//! Counting rule, on every port and queue: every packet handed to
+//! `tx_batch` is either sent (`tx_packets`) or left in the batch for the
+//! caller, who must count it when dropping it; every packet a backend
+//! discards itself is counted in `rx_dropped`/`tx_dropped` or
+//! `rx_errors`/`tx_errors`.
+
+pub use nfkit_hw::{Batch, Mempool, PktBuf};
+
+/// Per-queue counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Packets the backend received but could not hand over (no buffer,
+    /// ring full, NIC missed).
+    pub rx_dropped: u64,
+    pub rx_errors: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_dropped: u64,
+    pub tx_errors: u64,
+}
+
+impl std::ops::AddAssign for QueueStats {
+    fn add_assign(&mut self, o: QueueStats) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.rx_dropped += o.rx_dropped;
+        self.rx_errors += o.rx_errors;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_dropped += o.tx_dropped;
+        self.tx_errors += o.tx_errors;
+    }
+}
+
+/// Link state as a port reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkStatus {
+    pub up: bool,
+    /// Mbit/s, if known.
+    pub speed_mbps: Option<u32>,
+}
+
+/// Errors a port reports. Messages name the port and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    #[error("port `{port}`: {msg}")]
+    Config { port: String, msg: String },
+    #[error("port `{port}`: {msg}: {source}")]
+    Os {
+        port: String,
+        msg: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("port `{port}`: {source}")]
+    Hw {
+        port: String,
+        #[source]
+        source: nfkit_hw::HwError,
+    },
+    #[error("port `{port}`: queue {queue} does not exist (the port has {count})")]
+    NoQueue { port: String, queue: usize, count: usize },
+}
+
+/// A packet port with one or more RX and TX queues.
+///
+/// Queues are single-producer/single-consumer: one thread per queue.
+pub trait Port: Send {
+    /// The spec or name the port was opened with.
+    fn name(&self) -> &str;
+    fn rx_queues(&self) -> usize {
+        1
+    }
+    fn tx_queues(&self) -> usize {
+        1
+    }
+    /// Receive up to `batch.room()` packets into `batch`; returns how many
+    /// were added.
+    fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize;
+    /// Send packets from the front of `batch`, removing those sent (they
+    /// are the port's now). Unsent packets stay in `batch`, in order.
+    /// Returns how many were sent.
+    fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize;
+    /// Counters of one queue.
+    fn queue_stats(&self, queue: usize) -> QueueStats;
+    /// Counters summed over all queues.
+    fn stats(&self) -> QueueStats {
+        let mut s = QueueStats::default();
+        for q in 0..self.rx_queues().max(self.tx_queues()) {
+            s += self.queue_stats(q);
+        }
+        s
+    }
+    fn link(&self) -> LinkStatus {
+        LinkStatus {
+            up: true,
+            speed_mbps: None,
+        }
+    }
+    fn mac(&self) -> [u8; 6];
+    /// The pool this port's received buffers come from (generators
+    /// allocate from it too).
+    fn pool(&self) -> &Mempool;
+}

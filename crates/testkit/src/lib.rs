@@ -1,0 +1,1 @@
+//! Test tooling: network namespaces, veth pairs, skips, traffic checks

@@ -1,0 +1,1 @@
+//! VirtIO-net driver (legacy, modern, vhost-user) and vhost-user backend
