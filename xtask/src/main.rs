@@ -1,1 +1,153 @@
-fn main() {}
+//! `cargo xtask`: nfkit's developer and CI tasks.
+//!
+//! - `cargo xtask test`: install what the tests need (Debian packages, only
+//!   when root and missing), then run every check and test: fmt, clippy,
+//!   the workspace tests, the long release-mode tests, the QEMU guest tests.
+//! - `cargo xtask deps`: only the installation step.
+//! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
+//! - `cargo xtask bench ...`: benchmark commands that print figures.
+
+mod guest;
+
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+use std::time::Instant;
+
+/// Debian packages the tests use, by the command that proves each present.
+const DEBIAN_PACKAGES: &[(&str, &str)] = &[
+    ("ip", "iproute2"),
+    ("ping", "iputils-ping"),
+    ("iperf3", "iperf3"),
+    ("socat", "socat"),
+    ("tcpdump", "tcpdump"),
+    ("tshark", "tshark"),
+    ("traceroute", "traceroute"),
+    ("valgrind", "valgrind"),
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("busybox", "busybox-static"),
+    ("cpio", "cpio"),
+    ("modprobe", "kmod"),
+    ("dpdk-testpmd", "dpdk"),
+    ("python3", "python3"),
+];
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = project_root()?;
+    std::env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("deps") => install_deps(),
+        Some("guest") => guest::main(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <command>\n\n\
+                 commands:\n  \
+                 test [--quick]   install test dependencies (as root) and run every test\n  \
+                 deps             only install the Debian packages the tests use\n  \
+                 guest ...        the QEMU guest harness\n  \
+                 bench ...        benchmarks (print figures)"
+            );
+            bail!("no command given")
+        }
+    }
+}
+
+fn project_root() -> Result<std::path::PathBuf> {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    Ok(dir.parent().context("xtask has a parent directory")?.to_path_buf())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd} >/dev/null 2>&1")])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn run(name: &str, cmd: &mut Command) -> Result<()> {
+    let start = Instant::now();
+    eprintln!("==> {name}");
+    let status = cmd.status().with_context(|| format!("starting {name}"))?;
+    eprintln!("<== {name}: {status} in {:.1?}", start.elapsed());
+    if !status.success() {
+        bail!("{name} failed ({status})");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// Install missing Debian packages when root; otherwise say what is missing.
+fn install_deps() -> Result<()> {
+    let missing: Vec<&str> = DEBIAN_PACKAGES
+        .iter()
+        .filter(|(cmd, _)| !have(cmd))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        eprintln!("all test packages present");
+        return Ok(());
+    }
+    if !is_root() {
+        eprintln!(
+            "not root: not installing {} (tests that need them will print SKIP)",
+            missing.join(" ")
+        );
+        return Ok(());
+    }
+    run(
+        "apt-get update",
+        Command::new("apt-get").args(["update", "-q"]),
+    )?;
+    run(
+        "apt-get install",
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing),
+    )
+}
+
+fn test(args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let started = Instant::now();
+    install_deps()?;
+    run("cargo fmt --check", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(
+        "cargo clippy",
+        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+    )?;
+    run("cargo test (debug)", cargo().args(["test", "--workspace"]))?;
+    if !quick {
+        // Long runs (10 million packets through each driver model) need an
+        // optimised build to finish in minutes.
+        run(
+            "long tests (release)",
+            cargo()
+                .env("NFKIT_LONG", "1")
+                .args(["test", "--release", "--workspace", "--", "--include-ignored", "long_"]),
+        )?;
+        guest::run_guest_tests()?;
+    }
+    eprintln!("all tests passed in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+fn bench(args: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "-p", "nfkit", "--", "bench"]).args(args);
+    run("nfkit bench", &mut cmd)
+}
