@@ -1,0 +1,5 @@
+//! The `nfkit` command's library: each subcommand is a module.
+#![forbid(unsafe_code)]
+
+pub mod pktgen;
+pub mod stats;
