@@ -1,5 +1,6 @@
 //! The `nfkit` command's library: each subcommand is a module.
 #![forbid(unsafe_code)]
 
+pub mod doctor;
 pub mod pktgen;
 pub mod stats;
