@@ -13,7 +13,8 @@ use anyhow::{bail, Context, Result};
 use std::process::Command;
 use std::time::Instant;
 
-/// Debian packages the tests use, by the command that proves each present.
+/// Debian packages the tests use, by the command (or, starting with `/`,
+/// the file) that proves each present.
 const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("ip", "iproute2"),
     ("ping", "iputils-ping"),
@@ -27,7 +28,13 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("busybox", "busybox-static"),
     ("cpio", "cpio"),
     ("modprobe", "kmod"),
-    ("dpdk-testpmd", "dpdk"),
+    ("dpdk-testpmd", "dpdk-dev"),
+    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_null.so", "librte-net-null23"),
+    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_ring.so", "librte-mempool-ring23"),
+    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_af_packet.so", "librte-net-af-packet23"),
+    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_af_xdp.so", "librte-net-af-xdp23"),
+    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_vhost.so", "librte-net-vhost23"),
+    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_virtio.so", "librte-net-virtio23"),
     ("python3", "python3"),
 ];
 
@@ -68,6 +75,9 @@ fn is_root() -> bool {
 }
 
 fn have(cmd: &str) -> bool {
+    if cmd.starts_with('/') {
+        return std::path::Path::new(cmd).exists();
+    }
     Command::new("sh")
         .args(["-c", &format!("command -v {cmd} >/dev/null 2>&1")])
         .status()
@@ -110,13 +120,13 @@ fn install_deps() -> Result<()> {
     }
     run(
         "apt-get update",
-        Command::new("apt-get").args(["update", "-q"]),
+        Command::new("apt-get").args(["-o", "DPkg::Lock::Timeout=600", "update", "-q"]),
     )?;
     run(
         "apt-get install",
         Command::new("apt-get")
             .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", "--no-install-recommends"])
             .args(&missing),
     )
 }
