@@ -1,1 +1,24 @@
-//! VirtIO-net driver (legacy, modern, vhost-user) and vhost-user backend
+//! # nfkit-virtio: VirtIO-net for the queue model
+//!
+//! One split-virtqueue driver ([`virtqueue`]) under every way of reaching
+//! a VirtIO network device:
+//!
+//! - legacy PCI (I/O-port BAR, VirtIO 1.2 §4.1.4.8) and modern PCI
+//!   (capabilities and MMIO BARs, §4.1.4), both initialised per §3.1.1;
+//! - vhost-user as the frontend ("virtio-user"): the same rings in
+//!   memfd-backed memory shared with a backend process;
+//! - and, the other way round, a vhost-user *backend* port so that VMs
+//!   and other vhost-user frontends can plug into nfkit.
+//!
+//! Spec numbers are in [`spec`]. `unsafe` appears only where memory is
+//! shared with another process (the memfd arena of [`shm`]); every block
+//! carries a `// SAFETY:` comment.
+
+#![deny(unsafe_code)]
+
+pub mod shm;
+pub mod spec;
+pub mod virtqueue;
+
+pub use shm::MemfdArena;
+pub use virtqueue::{LayoutKind, QueueError, RingLayout, Segment, Used, UsedError, Virtqueue};

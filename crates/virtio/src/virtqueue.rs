@@ -1,0 +1,452 @@
+//! The driver side of one split virtqueue (VirtIO 1.2 §2.7), in DMA
+//! memory shared with the device.
+//!
+//! ```text
+//!  offset 0        descriptor table   size × 16 B   (§2.7.5)
+//!  16 × size       available ring     flags, idx, ring[size], used_event   (§2.7.6)
+//!  aligned         used ring          flags, idx, ring[size] of {id, len}, avail_event (§2.7.8)
+//! ```
+//!
+//! Modern queues align the used ring to 4 bytes (§2.7, "Alignment"),
+//! legacy ones to 4096 (§2.7.2), because a legacy device is told only the
+//! page frame of the descriptor table and computes the rest.
+//!
+//! Hot-path rules: nothing here allocates after [`Virtqueue::new`]; the
+//! free descriptors are a stack preallocated to the queue size; which
+//! descriptors form a chain is remembered in ordinary memory (a device
+//! that scribbles on the descriptor table cannot make the driver free a
+//! descriptor twice); every used-ring entry is checked before it is
+//! believed.
+//!
+//! The 16-bit ring fields are reached through 32-bit accesses (the DMA
+//! region offers u32/u64 atomics): the driver only ever writes words it
+//! alone owns (the available ring), so a read-modify-write of such a word
+//! races with nobody.
+
+use crate::spec::{desc, ring};
+use nfkit_hw::{DmaAllocator, DmaRegion, HwError};
+use std::sync::atomic::{fence, Ordering};
+
+/// Which ring layout the transport expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutKind {
+    /// Legacy PCI (§2.7.2): used ring on the next 4096-byte boundary.
+    Legacy,
+    /// VirtIO 1.x (§2.7): each part at its own address, used ring
+    /// 4-byte aligned.
+    Modern,
+}
+
+/// Where the three parts of a queue of `size` entries sit in its memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLayout {
+    pub size: u16,
+    pub avail: usize,
+    pub used: usize,
+    /// Bytes to allocate (a whole number of 4 KiB pages).
+    pub len: usize,
+}
+
+fn align_up(v: usize, a: usize) -> usize {
+    v.div_ceil(a) * a
+}
+
+impl RingLayout {
+    /// The layout of a queue of `size` entries (a power of two, §2.7).
+    pub fn new(kind: LayoutKind, size: u16) -> Result<Self, QueueError> {
+        if size < 2 || !size.is_power_of_two() || size > ring::MAX_SIZE {
+            return Err(QueueError::BadSize(size));
+        }
+        let n = size as usize;
+        let avail = desc::SIZE * n;
+        let avail_end = avail + 6 + 2 * n;
+        let used = match kind {
+            LayoutKind::Legacy => align_up(avail_end, ring::LEGACY_ALIGN),
+            LayoutKind::Modern => align_up(avail_end, 4),
+        };
+        // +8 rather than +6: `avail_event` is read as the low half of a
+        // 32-bit word, whose upper half must be ours too.
+        let len = align_up(used + 8 + 8 * n, 4096);
+        Ok(RingLayout {
+            size,
+            avail,
+            used,
+            len,
+        })
+    }
+
+    fn avail_ring_entry(&self, slot: u16) -> usize {
+        self.avail + 4 + 2 * (slot as usize)
+    }
+    fn used_event(&self) -> usize {
+        self.avail + 4 + 2 * self.size as usize
+    }
+    fn used_ring_entry(&self, slot: u16) -> usize {
+        self.used + 4 + 8 * (slot as usize)
+    }
+    fn avail_event(&self) -> usize {
+        self.used + 4 + 8 * self.size as usize
+    }
+}
+
+/// Errors building a queue.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue size {0} is not a power of two between 2 and 32768 (VirtIO 1.2 §2.7)")]
+    BadSize(u16),
+    #[error("DMA memory for a virtqueue: {0}")]
+    Dma(#[from] HwError),
+    #[error("a virtqueue needs {need} bytes contiguous in device address space, the allocator gave {got}")]
+    NotContiguous { need: usize, got: usize },
+}
+
+/// The device put something impossible in the used ring (§2.7.8). The
+/// entry is skipped; the caller counts it as an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UsedError {
+    #[error(
+        "used ring entry names descriptor {id}, which heads no chain the driver made available"
+    )]
+    BadId { id: u32 },
+    #[error("used.idx moved ahead by {moved} but only {in_flight} buffers are with the device")]
+    IndexJump { moved: u16, in_flight: u16 },
+}
+
+/// One buffer of a chain: device address, length, and who writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub addr: u64,
+    pub len: u32,
+    pub device_writes: bool,
+}
+
+/// A buffer the device has finished with: the chain's head descriptor
+/// and the number of bytes it wrote (§2.7.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Used {
+    pub head: u16,
+    pub len: u32,
+}
+
+/// The driver side of one split virtqueue.
+pub struct Virtqueue {
+    ring: DmaRegion,
+    layout: RingLayout,
+    event_idx: bool,
+    /// Free descriptor ids (capacity = size; never reallocates).
+    free: Vec<u16>,
+    /// Our own record of each chain: next descriptor of each link.
+    chain_next: Box<[u16]>,
+    /// Descriptors in the chain headed here; 0 = not a head in flight.
+    chain_len: Box<[u16]>,
+    /// avail.idx including entries not yet published.
+    next_avail: u16,
+    /// avail.idx as the device has seen it.
+    published: u16,
+    /// Next used-ring entry to read.
+    last_used: u16,
+    /// used.idx as last read from the device.
+    seen_used: u16,
+    /// Chains with the device.
+    in_flight: u16,
+    avail_flags: u16,
+}
+
+impl std::fmt::Debug for Virtqueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Virtqueue")
+            .field("size", &self.layout.size)
+            .field("free", &self.free.len())
+            .field("next_avail", &self.next_avail)
+            .field("last_used", &self.last_used)
+            .field("event_idx", &self.event_idx)
+            .finish()
+    }
+}
+
+impl Virtqueue {
+    /// A queue of `size` entries in fresh DMA memory. The driver polls,
+    /// so used-buffer notifications are suppressed from the start: with
+    /// `event_idx`, `used_event` is set one behind the next used index
+    /// (the device would interrupt only after 65536 more buffers, §2.7.7);
+    /// without it, `avail.flags = NO_INTERRUPT` (§2.7.6).
+    pub fn new(
+        dma: &dyn DmaAllocator,
+        kind: LayoutKind,
+        size: u16,
+        event_idx: bool,
+    ) -> Result<Self, QueueError> {
+        let layout = RingLayout::new(kind, size)?;
+        let ring = dma.allocate(layout.len, true)?;
+        if ring.contiguous_len() < layout.len {
+            return Err(QueueError::NotContiguous {
+                need: layout.len,
+                got: ring.contiguous_len(),
+            });
+        }
+        let n = size as usize;
+        let mut q = Virtqueue {
+            ring,
+            layout,
+            event_idx,
+            free: (0..size).rev().collect(),
+            chain_next: vec![0; n].into_boxed_slice(),
+            chain_len: vec![0; n].into_boxed_slice(),
+            next_avail: 0,
+            published: 0,
+            last_used: 0,
+            seen_used: 0,
+            in_flight: 0,
+            avail_flags: 0,
+        };
+        if event_idx {
+            q.write_avail_u16(layout.used_event(), u16::MAX);
+        } else {
+            q.avail_flags = ring::AVAIL_F_NO_INTERRUPT;
+            q.write_avail_header();
+        }
+        Ok(q)
+    }
+
+    pub fn size(&self) -> u16 {
+        self.layout.size
+    }
+    pub fn layout(&self) -> RingLayout {
+        self.layout
+    }
+    /// Descriptors not in any chain.
+    pub fn free_descriptors(&self) -> usize {
+        self.free.len()
+    }
+    /// Chains the device holds.
+    pub fn in_flight(&self) -> u16 {
+        self.in_flight
+    }
+    /// Device address of the descriptor table (also the legacy queue's
+    /// base address, §4.1.4.8).
+    pub fn desc_addr(&self) -> u64 {
+        self.ring.device_addr()
+    }
+    pub fn avail_addr(&self) -> u64 {
+        self.ring.device_addr_at(self.layout.avail)
+    }
+    pub fn used_addr(&self) -> u64 {
+        self.ring.device_addr_at(self.layout.used)
+    }
+    /// Virtual address of the descriptor table (vhost-user rings are
+    /// given by the frontend's virtual addresses).
+    pub fn desc_virt(&self) -> usize {
+        self.ring.virt_addr()
+    }
+    pub fn avail_virt(&self) -> usize {
+        self.ring.virt_addr() + self.layout.avail
+    }
+    pub fn used_virt(&self) -> usize {
+        self.ring.virt_addr() + self.layout.used
+    }
+
+    /// Place a chain of buffers (device-readable ones first, §2.7.4) and
+    /// put its head in the available ring, not yet visible to the device
+    /// (§2.7.13.1-2). Returns the head, or `None` if too few descriptors
+    /// are free (nothing is changed then).
+    pub fn add(&mut self, chain: &[Segment]) -> Option<u16> {
+        if chain.is_empty() || chain.len() > self.free.len() {
+            return None;
+        }
+        let head = *self.free.last()?;
+        let mut prev: Option<u16> = None;
+        for seg in chain {
+            let id = self.free.pop()?;
+            if let Some(p) = prev {
+                self.chain_next[p as usize] = id;
+                self.link(p, id);
+            }
+            self.write_descriptor(id, seg);
+            prev = Some(id);
+        }
+        self.chain_len[head as usize] = chain.len() as u16;
+        let slot = self.next_avail % self.layout.size;
+        self.write_avail_u16(self.layout.avail_ring_entry(slot), head);
+        self.next_avail = self.next_avail.wrapping_add(1);
+        self.in_flight += 1;
+        Some(head)
+    }
+
+    fn write_descriptor(&self, id: u16, seg: &Segment) {
+        let off = id as usize * desc::SIZE;
+        let flags = if seg.device_writes { desc::F_WRITE } else { 0 };
+        self.ring.write_u64(off, seg.addr);
+        self.ring.write_u32(off + 8, seg.len);
+        // flags and next share a word; next is set by `link` if chained.
+        self.ring.write_u32(off + 12, flags as u32);
+    }
+
+    fn link(&self, from: u16, to: u16) {
+        let off = from as usize * desc::SIZE + 12;
+        let flags = self.ring.read_u32(off) as u16 | desc::F_NEXT;
+        self.ring.write_u32(off, flags as u32 | (to as u32) << 16);
+    }
+
+    /// Make every added chain visible to the device by writing avail.idx
+    /// (§2.7.13.3), then say whether the device wants a notification
+    /// (§2.7.13.4): with EVENT_IDX, whether the new index passed
+    /// `avail_event` (§2.7.10); otherwise whether used.flags lacks
+    /// NO_NOTIFY. One call per batch: the batching point of the queue.
+    pub fn publish(&mut self) -> bool {
+        if self.next_avail == self.published {
+            return false;
+        }
+        // Descriptors and ring entries before the index (§2.7.13.3.1).
+        fence(Ordering::Release);
+        self.write_avail_header();
+        // The index store before the read of the device's suppression
+        // state, or both sides could decide no notification is needed.
+        fence(Ordering::SeqCst);
+        let old = self.published;
+        self.published = self.next_avail;
+        if self.event_idx {
+            let event = self.read_u16(self.layout.avail_event());
+            need_event(event, self.next_avail, old)
+        } else {
+            self.read_u16(self.layout.used) & ring::USED_F_NO_NOTIFY == 0
+        }
+    }
+
+    /// Take the next buffer the device has used (§2.7.14), or `None`.
+    /// used.idx is read from DMA memory only when the entries seen last
+    /// time are exhausted, so a batch costs one read of it.
+    pub fn pop_used(&mut self) -> Result<Option<Used>, UsedError> {
+        if self.last_used == self.seen_used {
+            let idx = self.read_u16(self.layout.used + 2);
+            let moved = idx.wrapping_sub(self.last_used);
+            if moved > self.in_flight {
+                return Err(UsedError::IndexJump {
+                    moved,
+                    in_flight: self.in_flight,
+                });
+            }
+            self.seen_used = idx;
+            if moved == 0 {
+                return Ok(None);
+            }
+        }
+        let entry = self
+            .layout
+            .used_ring_entry(self.last_used % self.layout.size);
+        let id = self.ring.read_u32(entry);
+        let len = self.ring.read_u32(entry + 4);
+        self.last_used = self.last_used.wrapping_add(1);
+        if id >= self.layout.size as u32 || self.chain_len[id as usize] == 0 {
+            self.in_flight = self.in_flight.saturating_sub(1);
+            return Err(UsedError::BadId { id });
+        }
+        self.free_chain(id as u16);
+        Ok(Some(Used {
+            head: id as u16,
+            len,
+        }))
+    }
+
+    fn free_chain(&mut self, head: u16) {
+        let mut id = head;
+        let n = std::mem::replace(&mut self.chain_len[head as usize], 0);
+        for i in 0..n {
+            self.free.push(id);
+            if i + 1 < n {
+                id = self.chain_next[id as usize];
+            }
+        }
+        self.in_flight -= 1;
+    }
+
+    /// Ask for a used-buffer notification once the device has used the
+    /// buffer at used index `idx` (EVENT_IDX, §2.7.7), or allow
+    /// notifications again (no EVENT_IDX, §2.7.6). For a driver that
+    /// blocks instead of polling.
+    pub fn enable_used_notification(&mut self) {
+        if self.event_idx {
+            self.write_avail_u16(self.layout.used_event(), self.last_used);
+        } else {
+            self.avail_flags &= !ring::AVAIL_F_NO_INTERRUPT;
+            self.write_avail_header();
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    fn write_avail_header(&self) {
+        self.ring.write_u32(
+            self.layout.avail,
+            self.avail_flags as u32 | (self.published as u32) << 16,
+        );
+    }
+
+    fn write_avail_u16(&self, off: usize, v: u16) {
+        let word = off & !3;
+        let shift = (off & 2) * 8;
+        let old = self.ring.read_u32(word);
+        self.ring
+            .write_u32(word, (old & !(0xffff << shift)) | (v as u32) << shift);
+    }
+
+    fn read_u16(&self, off: usize) -> u16 {
+        (self.ring.read_u32(off & !3) >> ((off & 2) * 8)) as u16
+    }
+}
+
+/// §2.7.10: the device asked to be notified when the driver's index moves
+/// past `event`; did the move from `old` to `new` do so? (Wrapping
+/// arithmetic: the indices are free-running 16-bit counters.)
+pub fn need_event(event: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event).wrapping_sub(1) < new.wrapping_sub(old)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfkit_hw::sim::SimDma;
+
+    #[test]
+    fn layouts_match_the_spec_formulas() {
+        let l = RingLayout::new(LayoutKind::Legacy, 256).unwrap();
+        assert_eq!(l.avail, 4096);
+        assert_eq!(l.used, 8192); // 4096 + 6 + 512 rounded to 4096
+        let m = RingLayout::new(LayoutKind::Modern, 256).unwrap();
+        assert_eq!(m.used, 4096 + 520);
+        assert!(RingLayout::new(LayoutKind::Modern, 100).is_err());
+        assert!(RingLayout::new(LayoutKind::Modern, 1).is_err());
+    }
+
+    #[test]
+    fn need_event_wraps() {
+        assert!(need_event(0, 1, 0));
+        assert!(!need_event(1, 1, 0));
+        assert!(need_event(0xffff, 2, 0xfffe));
+        assert!(!need_event(5, 3, 0));
+    }
+
+    #[test]
+    fn chains_are_freed_whole_and_bad_ids_rejected() {
+        let dma = SimDma::new();
+        let mut q = Virtqueue::new(&*dma, LayoutKind::Modern, 4, false).unwrap();
+        let seg = Segment {
+            addr: 0x1000,
+            len: 64,
+            device_writes: false,
+        };
+        let head = q.add(&[seg, seg, seg]).unwrap();
+        assert_eq!(q.free_descriptors(), 1);
+        assert!(q.add(&[seg, seg]).is_none());
+        assert!(q.publish(), "no NO_NOTIFY set by the device: notify");
+        // Device side: put the head in the used ring by hand.
+        let base = q.used_addr();
+        dma.write_u32(base + 4, head as u32).unwrap();
+        dma.write_u32(base + 8, 0).unwrap();
+        dma.write_u32(base, 1 << 16).unwrap(); // flags 0, idx 1
+        assert_eq!(q.pop_used().unwrap(), Some(Used { head, len: 0 }));
+        assert_eq!(q.free_descriptors(), 4);
+        assert_eq!(q.pop_used().unwrap(), None);
+        // A used index far ahead of what is in flight is refused.
+        dma.write_u32(base, 9 << 16).unwrap();
+        assert!(matches!(q.pop_used(), Err(UsedError::IndexJump { .. })));
+    }
+}
