@@ -136,7 +136,7 @@ impl DmaRegion {
 
     #[inline(always)]
     fn check(&self, offset: usize, size: usize) -> bool {
-        offset.checked_add(size).is_some_and(|end| end <= self.len) && offset % size == 0
+        offset.checked_add(size).is_some_and(|end| end <= self.len) && offset.is_multiple_of(size)
     }
 
     #[inline(always)]

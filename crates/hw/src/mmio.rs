@@ -77,7 +77,7 @@ impl MmioBar {
 
     #[inline(always)]
     fn in_bounds(&self, offset: usize) -> bool {
-        offset % 4 == 0 && offset.checked_add(4).is_some_and(|e| e <= self.len)
+        offset.is_multiple_of(4) && offset.checked_add(4).is_some_and(|e| e <= self.len)
     }
 }
 

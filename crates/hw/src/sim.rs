@@ -123,7 +123,7 @@ impl SimDma {
 
     /// Device reads a little-endian u64 (a descriptor word), `Acquire`.
     pub fn read_u64(&self, addr: u64) -> Result<u64, DmaFault> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(DmaFault { addr, len: 8 });
         }
         let r = self.find(addr, 8)?;
@@ -137,7 +137,7 @@ impl SimDma {
     /// Device writes a little-endian u64 (descriptor write-back), `Release`
     /// so that packet data written before it is visible to the driver.
     pub fn write_u64(&self, addr: u64, value: u64) -> Result<(), DmaFault> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(DmaFault { addr, len: 8 });
         }
         let r = self.find(addr, 8)?;
@@ -149,7 +149,7 @@ impl SimDma {
 
     /// Device writes a little-endian u32 (transmit head write-back).
     pub fn write_u32(&self, addr: u64, value: u32) -> Result<(), DmaFault> {
-        if addr % 4 != 0 {
+        if !addr.is_multiple_of(4) {
             return Err(DmaFault { addr, len: 4 });
         }
         let r = self.find(addr, 4)?;

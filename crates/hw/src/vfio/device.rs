@@ -1,0 +1,206 @@
+//! A VFIO device: a PCI function whose configuration space and BARs are
+//! regions of one device fd (vfio-pci numbers BAR0-5 as regions 0-5 and
+//! configuration space as region 7).
+
+use super::container::VfioContainer;
+use super::ioctl;
+use crate::error::HwError;
+use crate::linux::enable_bus_master;
+use crate::linux::mapping::Mapping;
+use crate::mmio::{FileIoBar, MmioBar};
+use crate::pci::{config, PciAddress, PciFunction};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+/// Where one region of the device fd is and what it allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionInfo {
+    pub index: u32,
+    pub flags: u32,
+    /// Size in bytes; 0 when the BAR is not implemented.
+    pub size: u64,
+    /// Offset of the region in the device fd.
+    pub offset: u64,
+}
+
+impl RegionInfo {
+    /// Whether the region may be `mmap`ed (memory BARs usually; never
+    /// I/O-port BARs or configuration space).
+    pub fn mappable(&self) -> bool {
+        self.flags & ioctl::VFIO_REGION_INFO_FLAG_MMAP != 0
+    }
+}
+
+/// A PCI function opened through VFIO.
+pub struct VfioDevice {
+    addr: PciAddress,
+    file: File,
+    config: RegionInfo,
+    _group: Arc<File>,
+    _container: VfioContainer,
+}
+
+impl std::fmt::Debug for VfioDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VfioDevice")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl VfioDevice {
+    pub(super) fn new(
+        addr: PciAddress,
+        file: File,
+        group: Arc<File>,
+        container: VfioContainer,
+    ) -> Result<Self, HwError> {
+        let mut info = ioctl::DeviceInfo {
+            argsz: ioctl::argsz::<ioctl::DeviceInfo>(),
+            ..Default::default()
+        };
+        // SAFETY: DEVICE_GET_INFO takes a `vfio_device_info` with argsz set.
+        unsafe { ioctl::with_ptr(&file, ioctl::DEVICE_GET_INFO, &mut info) }
+            .map_err(|e| HwError::Vfio(format!("device {addr}: VFIO_DEVICE_GET_INFO: {e}")))?;
+        if info.num_regions <= ioctl::VFIO_PCI_CONFIG_REGION_INDEX {
+            return Err(HwError::Vfio(format!(
+                "device {addr} has {} VFIO regions, not a PCI device's 9",
+                info.num_regions
+            )));
+        }
+        let config = region_info(&file, addr, ioctl::VFIO_PCI_CONFIG_REGION_INDEX)?;
+        Ok(VfioDevice {
+            addr,
+            file,
+            config,
+            _group: group,
+            _container: container,
+        })
+    }
+
+    /// Region `index` of the device fd (0-5: BARs, 7: configuration space).
+    pub fn region(&self, index: u32) -> Result<RegionInfo, HwError> {
+        region_info(&self.file, self.addr, index)
+    }
+
+    /// Let the device issue DMA (COMMAND bit 2); vfio-pci clears it when
+    /// the device is opened.
+    pub fn enable_bus_master(&self) -> Result<(), HwError> {
+        enable_bus_master(self)
+    }
+
+    /// Function-level reset, if the device supports one.
+    pub fn reset(&self) -> Result<(), HwError> {
+        ioctl::with_value(&self.file, ioctl::DEVICE_RESET, 0)
+            .map(drop)
+            .map_err(|e| HwError::Vfio(format!("device {}: reset: {e}", self.addr)))
+    }
+
+    /// I/O-port BAR `index`, accessed with `pread`/`pwrite` on its region.
+    pub fn io_bar(&self, index: u8) -> Result<FileIoBar, HwError> {
+        let region = self.bar_region(index)?;
+        if !self.bar_is_io(index)? {
+            return Err(self.err(format!("BAR {index} is a memory BAR: use map_bar")));
+        }
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| self.err(format!("duplicating the device fd: {e}")))?;
+        Ok(FileIoBar::new(
+            file,
+            region.offset,
+            format!("vfio:{} BAR{index}", self.addr),
+        ))
+    }
+
+    /// The region of an implemented BAR.
+    fn bar_region(&self, index: u8) -> Result<RegionInfo, HwError> {
+        crate::linux::sysfs::check_bar_index(self.addr, index)?;
+        let region = self.region(index as u32)?;
+        if region.size == 0 {
+            return Err(self.err(format!("BAR {index} is not implemented")));
+        }
+        Ok(region)
+    }
+
+    /// Bit 0 of a BAR register says it decodes I/O space (PCI Local Bus
+    /// 3.0 §6.2.5.1).
+    fn bar_is_io(&self, index: u8) -> Result<bool, HwError> {
+        Ok(self.config_read32(config::BAR0 + 4 * index as u16)? & 1 == 1)
+    }
+
+    fn err(&self, what: String) -> HwError {
+        HwError::Vfio(format!("device {}: {what}", self.addr))
+    }
+}
+
+impl PciFunction for VfioDevice {
+    type Bar = MmioBar;
+
+    fn address(&self) -> PciAddress {
+        self.addr
+    }
+
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), HwError> {
+        self.check_config_range(offset, buf.len())?;
+        self.file
+            .read_exact_at(buf, self.config.offset + offset as u64)
+            .map_err(|e| self.err(format!("reading configuration space at {offset:#x}: {e}")))
+    }
+
+    fn config_write(&self, offset: u16, bytes: &[u8]) -> Result<(), HwError> {
+        self.check_config_range(offset, bytes.len())?;
+        self.file
+            .write_all_at(bytes, self.config.offset + offset as u64)
+            .map_err(|e| self.err(format!("writing configuration space at {offset:#x}: {e}")))
+    }
+
+    fn map_bar(&self, index: u8) -> Result<MmioBar, HwError> {
+        let region = self.bar_region(index)?;
+        if self.bar_is_io(index)? {
+            return Err(self.err(format!("BAR {index} is an I/O-port BAR: use io_bar")));
+        }
+        if !region.mappable() {
+            return Err(self.err(format!("VFIO does not allow mapping BAR {index}")));
+        }
+        let len = usize::try_from(region.size)
+            .map_err(|_| self.err(format!("BAR {index} is too large")))?;
+        let mapping = Mapping::file(self.file.as_fd(), len, region.offset)
+            .map_err(|e| self.err(format!("mmap of BAR {index}: {e}")))?;
+        // SAFETY: a live shared mapping of the whole BAR region, owned by
+        // the returned `MmioBar`.
+        Ok(unsafe { MmioBar::from_raw_parts(mapping.ptr(), len, Box::new(mapping)) })
+    }
+}
+
+impl VfioDevice {
+    fn check_config_range(&self, offset: u16, len: usize) -> Result<(), HwError> {
+        if offset as u64 + len as u64 > self.config.size {
+            return Err(HwError::Invalid(format!(
+                "configuration space access of {len} bytes at {offset:#x} is past its {} bytes",
+                self.config.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn region_info(file: &File, addr: PciAddress, index: u32) -> Result<RegionInfo, HwError> {
+    let mut info = ioctl::RegionInfoRaw {
+        argsz: ioctl::argsz::<ioctl::RegionInfoRaw>(),
+        index,
+        ..Default::default()
+    };
+    // SAFETY: DEVICE_GET_REGION_INFO takes a `vfio_region_info` with argsz
+    // and index set.
+    unsafe { ioctl::with_ptr(file, ioctl::DEVICE_GET_REGION_INFO, &mut info) }
+        .map_err(|e| HwError::Vfio(format!("device {addr}: region {index} info: {e}")))?;
+    Ok(RegionInfo {
+        index,
+        flags: info.flags,
+        size: info.size,
+        offset: info.offset,
+    })
+}
