@@ -1,0 +1,60 @@
+//! Where the scheduler gets its time: the real monotonic clock, or a
+//! virtual one that tests move by hand (exact and fast).
+
+use nfkit_hw::sim::VirtualClock;
+use std::time::{Duration, Instant};
+
+/// Time for the scheduler, in nanoseconds.
+pub trait SchedClock: Send + Sync {
+    fn now_ns(&self) -> u64;
+    /// Nothing is runnable until `t`: wait (a virtual clock jumps there).
+    fn idle_until(&self, t: u64);
+}
+
+/// The monotonic clock. Short waits spin (a worker owns its core);
+/// long ones sleep.
+#[derive(Debug, Clone, Copy)]
+pub struct RealClock {
+    origin: Instant,
+}
+
+impl Default for RealClock {
+    fn default() -> Self {
+        RealClock {
+            origin: Instant::now(),
+        }
+    }
+}
+
+/// Waits shorter than this spin instead of sleeping.
+const SPIN_LIMIT_NS: u64 = 100_000;
+
+impl SchedClock for RealClock {
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+    fn idle_until(&self, t: u64) {
+        let now = self.now_ns();
+        if t <= now {
+            return;
+        }
+        if t - now > SPIN_LIMIT_NS {
+            std::thread::sleep(Duration::from_nanos(t - now - SPIN_LIMIT_NS / 2));
+        }
+        while self.now_ns() < t {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl SchedClock for VirtualClock {
+    fn now_ns(&self) -> u64 {
+        nfkit_hw::Clock::now(self).as_nanos() as u64
+    }
+    fn idle_until(&self, t: u64) {
+        let now = self.now_ns();
+        if t > now {
+            self.advance(Duration::from_nanos(t - now));
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! The class tree and the scheduling loop of one worker.
+
+use super::{
+    Placement, PolicySpec, Priority, RateLimit, RoundRobin, SchedClock, TcError, Usage, WeightedFair,
+};
+use crate::counters::Counter;
+use std::sync::Arc;
+
+/// Index of a class in its tree.
+pub type TcId = usize;
+
+#[derive(Debug)]
+enum Policy {
+    Priority(Priority),
+    WeightedFair(WeightedFair),
+    RoundRobin(RoundRobin),
+    RateLimit(RateLimit, Option<TcId>),
+    Leaf(usize),
+}
+
+#[derive(Debug)]
+struct Class {
+    name: String,
+    parent: Option<TcId>,
+    policy: Policy,
+    counters: Arc<TcCounters>,
+}
+
+/// Usage a class accounted so far; readable while the worker runs.
+#[derive(Debug, Default)]
+pub struct TcCounters {
+    pub count: Counter,
+    pub cycles: Counter,
+    pub packets: Counter,
+    pub bits: Counter,
+    /// Times a rate limit blocked the class.
+    pub throttled: Counter,
+}
+
+/// A copy of one class's counters.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TcStats {
+    pub name: String,
+    pub policy: &'static str,
+    pub parent: Option<String>,
+    pub count: u64,
+    pub cycles: u64,
+    pub packets: u64,
+    pub bits: u64,
+    pub throttled: u64,
+}
+
+/// A tree of traffic classes.
+#[derive(Debug)]
+pub struct TcTree {
+    classes: Vec<Class>,
+    /// Per class: no runnable leaf below it now.
+    blocked: Vec<bool>,
+    /// Rate-limited classes waiting for tokens: (time, class).
+    wakeups: Vec<(u64, TcId)>,
+}
+
+impl TcTree {
+    /// A tree whose root has `policy`.
+    pub fn new(root: &str, policy: PolicySpec) -> TcTree {
+        let mut t = TcTree {
+            classes: Vec::new(),
+            blocked: Vec::new(),
+            wakeups: Vec::new(),
+        };
+        t.push(root, None, make_policy(&policy), None);
+        t
+    }
+
+    pub fn root(&self) -> TcId {
+        0
+    }
+    pub fn len(&self) -> usize {
+        self.classes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    pub fn find(&self, name: &str) -> Option<TcId> {
+        self.classes.iter().position(|c| c.name == name)
+    }
+    pub fn name(&self, id: TcId) -> &str {
+        &self.classes[id].name
+    }
+
+    /// Add an inner class under `parent`.
+    pub fn add_class(
+        &mut self,
+        name: &str,
+        parent: TcId,
+        policy: PolicySpec,
+        placement: Placement,
+        counters: Option<Arc<TcCounters>>,
+    ) -> Result<TcId, TcError> {
+        if let PolicySpec::RateLimit { limit: 0, .. } = policy {
+            return Err(TcError::ZeroLimit { class: name.into() });
+        }
+        self.add(name, parent, make_policy(&policy), placement, counters)
+    }
+
+    /// Add a leaf that runs task `task` under `parent`.
+    pub fn add_leaf(
+        &mut self,
+        name: &str,
+        parent: TcId,
+        task: usize,
+        placement: Placement,
+        counters: Option<Arc<TcCounters>>,
+    ) -> Result<TcId, TcError> {
+        self.add(name, parent, Policy::Leaf(task), placement, counters)
+    }
+
+    fn add(
+        &mut self,
+        name: &str,
+        parent: TcId,
+        policy: Policy,
+        placement: Placement,
+        counters: Option<Arc<TcCounters>>,
+    ) -> Result<TcId, TcError> {
+        if self.find(name).is_some() {
+            return Err(TcError::Duplicate(name.into()));
+        }
+        let id = self.classes.len();
+        let parent_name = self.classes[parent].name.clone();
+        match &mut self.classes[parent].policy {
+            Policy::Priority(p) => p.add_child(id, name, &placement)?,
+            Policy::WeightedFair(p) => p.add_child(id, name, &placement)?,
+            Policy::RoundRobin(p) => p.add_child(id),
+            Policy::RateLimit(_, child @ None) => *child = Some(id),
+            Policy::RateLimit(_, Some(_)) => {
+                return Err(TcError::RateLimitFull {
+                    class: name.into(),
+                    parent: parent_name,
+                })
+            }
+            Policy::Leaf(_) => {
+                return Err(TcError::LeafParent {
+                    class: name.into(),
+                    parent: parent_name,
+                })
+            }
+        }
+        self.push(name, Some(parent), policy, counters);
+        self.refresh(id);
+        Ok(id)
+    }
+
+    fn push(&mut self, name: &str, parent: Option<TcId>, policy: Policy, counters: Option<Arc<TcCounters>>) {
+        self.classes.push(Class {
+            name: name.to_string(),
+            parent,
+            policy,
+            counters: counters.unwrap_or_default(),
+        });
+        self.blocked.push(true);
+    }
+
+    fn children(&self, id: TcId) -> Vec<TcId> {
+        match &self.classes[id].policy {
+            Policy::Priority(p) => p.children().collect(),
+            Policy::WeightedFair(p) => p.children().collect(),
+            Policy::RoundRobin(p) => p.children().collect(),
+            Policy::RateLimit(_, c) => c.iter().copied().collect(),
+            Policy::Leaf(_) => Vec::new(),
+        }
+    }
+
+    /// Recompute whether `id` can run, and propagate a change upward.
+    fn refresh(&mut self, mut id: TcId) {
+        loop {
+            let blocked = match &self.classes[id].policy {
+                Policy::Leaf(_) => false,
+                Policy::RateLimit(rl, child) => rl.throttled() || child.is_none_or(|c| self.blocked[c]),
+                _ => self.children(id).iter().all(|&c| self.blocked[c]),
+            };
+            let changed = self.blocked[id] != blocked;
+            self.blocked[id] = blocked;
+            match self.classes[id].parent {
+                Some(p) if changed => id = p,
+                _ => return,
+            }
+        }
+    }
+
+    /// The next leaf to run: (class, task).
+    pub fn pick(&mut self) -> Option<(TcId, usize)> {
+        let mut id = self.root();
+        loop {
+            if self.blocked[id] {
+                return None;
+            }
+            let blocked = &self.blocked;
+            let runnable = |c: TcId| !blocked[c];
+            id = match &mut self.classes[id].policy {
+                Policy::Leaf(task) => return Some((id, *task)),
+                Policy::Priority(p) => p.pick(runnable)?,
+                Policy::WeightedFair(p) => p.pick(runnable)?,
+                Policy::RoundRobin(p) => p.pick(runnable)?,
+                Policy::RateLimit(_, c) => c.filter(|&c| runnable(c))?,
+            };
+        }
+    }
+
+    /// Account a leaf's run on it and every class up to the root.
+    pub fn finish(&mut self, leaf: TcId, usage: &Usage, now: u64) {
+        let mut id = leaf;
+        loop {
+            let c = &self.classes[id].counters;
+            c.count.add(usage.count);
+            c.cycles.add(usage.cycles);
+            c.packets.add(usage.packets);
+            c.bits.add(usage.bits);
+            if let Policy::RateLimit(rl, _) = &mut self.classes[id].policy {
+                if let Some(wake) = rl.consume(usage, now) {
+                    self.classes[id].counters.throttled.add(1);
+                    self.wakeups.push((wake, id));
+                    self.refresh(id);
+                }
+            }
+            let Some(parent) = self.classes[id].parent else {
+                return;
+            };
+            match &mut self.classes[parent].policy {
+                Policy::Priority(p) => p.account(id, usage),
+                Policy::WeightedFair(p) => p.account(id, usage),
+                Policy::RoundRobin(p) => p.account(id, usage),
+                _ => {}
+            }
+            id = parent;
+        }
+    }
+
+    /// Unblock rate-limited classes whose tokens allow it at `now`.
+    pub fn wake(&mut self, now: u64) {
+        let mut i = 0;
+        while i < self.wakeups.len() {
+            let (t, id) = self.wakeups[i];
+            if t > now {
+                i += 1;
+                continue;
+            }
+            let Policy::RateLimit(rl, _) = &mut self.classes[id].policy else {
+                self.wakeups.swap_remove(i);
+                continue;
+            };
+            match rl.wake(now) {
+                Ok(()) => {
+                    self.wakeups.swap_remove(i);
+                    self.refresh(id);
+                }
+                Err(later) => {
+                    self.wakeups[i].0 = later;
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// The earliest pending wake-up.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        self.wakeups.iter().map(|w| w.0).min()
+    }
+
+    /// Whether some leaf can run now.
+    pub fn runnable(&self) -> bool {
+        !self.blocked[self.root()]
+    }
+
+    /// Counters of every class, root first.
+    pub fn stats(&self) -> Vec<TcStats> {
+        self.classes
+            .iter()
+            .map(|c| TcStats {
+                name: c.name.clone(),
+                policy: match c.policy {
+                    Policy::Priority(_) => "priority",
+                    Policy::WeightedFair(_) => "weighted_fair",
+                    Policy::RoundRobin(_) => "round_robin",
+                    Policy::RateLimit(..) => "rate_limit",
+                    Policy::Leaf(_) => "leaf",
+                },
+                parent: c.parent.map(|p| self.classes[p].name.clone()),
+                count: c.counters.count.get(),
+                cycles: c.counters.cycles.get(),
+                packets: c.counters.packets.get(),
+                bits: c.counters.bits.get(),
+                throttled: c.counters.throttled.get(),
+            })
+            .collect()
+    }
+
+    /// The shared counters of class `id`.
+    pub fn counters(&self, id: TcId) -> Arc<TcCounters> {
+        self.classes[id].counters.clone()
+    }
+}
+
+fn make_policy(spec: &PolicySpec) -> Policy {
+    match *spec {
+        PolicySpec::Priority => Policy::Priority(Priority::default()),
+        PolicySpec::WeightedFair { resource } => Policy::WeightedFair(WeightedFair::new(resource)),
+        PolicySpec::RoundRobin => Policy::RoundRobin(RoundRobin::default()),
+        PolicySpec::RateLimit {
+            resource,
+            limit,
+            max_burst,
+        } => Policy::RateLimit(
+            RateLimit::new(resource, limit, max_burst.unwrap_or((limit / 1000).max(1))),
+            None,
+        ),
+    }
+}
+
+/// Scheduler-wide counters.
+#[derive(Debug, Default)]
+pub struct SchedCounters {
+    pub rounds: Counter,
+    /// Rounds whose task produced no packet.
+    pub empty_rounds: Counter,
+    /// Time with no runnable class (waiting for a rate limit).
+    pub idle_ns: Counter,
+    pub busy_ns: Counter,
+}
+
+/// A copy of [`SchedCounters`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SchedStats {
+    pub rounds: u64,
+    pub empty_rounds: u64,
+    pub idle_ns: u64,
+    pub busy_ns: u64,
+}
+
+/// Longest idle wait before the loop looks around again (pause requests).
+const MAX_IDLE_NS: u64 = 1_000_000;
+
+/// A class tree plus its clock: the loop of one worker.
+pub struct Scheduler {
+    pub tree: TcTree,
+    clock: Arc<dyn SchedClock>,
+    counters: Arc<SchedCounters>,
+}
+
+impl Scheduler {
+    pub fn new(tree: TcTree, clock: Arc<dyn SchedClock>) -> Scheduler {
+        Scheduler {
+            tree,
+            clock,
+            counters: Arc::default(),
+        }
+    }
+    pub fn with_counters(mut self, counters: Arc<SchedCounters>) -> Scheduler {
+        self.counters = counters;
+        self
+    }
+    pub fn clock(&self) -> &Arc<dyn SchedClock> {
+        &self.clock
+    }
+    pub fn counters(&self) -> Arc<SchedCounters> {
+        self.counters.clone()
+    }
+    pub fn stats(&self) -> SchedStats {
+        let c = &self.counters;
+        SchedStats {
+            rounds: c.rounds.get(),
+            empty_rounds: c.empty_rounds.get(),
+            idle_ns: c.idle_ns.get(),
+            busy_ns: c.busy_ns.get(),
+        }
+    }
+
+    /// One round: pick a leaf and run its task with `run(task, now)`,
+    /// which returns (packets, bits) produced; or, if no class can run,
+    /// wait for the next wake-up and count the time as idle. Returns
+    /// whether a task ran.
+    pub fn run_once(&mut self, mut run: impl FnMut(usize, u64) -> (u64, u64)) -> bool {
+        let now = self.clock.now_ns();
+        self.tree.wake(now);
+        let Some((leaf, task)) = self.tree.pick() else {
+            let until = self.tree.next_wakeup().unwrap_or(now + MAX_IDLE_NS).min(now + MAX_IDLE_NS);
+            self.clock.idle_until(until);
+            self.counters.idle_ns.add(self.clock.now_ns().saturating_sub(now));
+            return false;
+        };
+        let (packets, bits) = run(task, now);
+        let end = self.clock.now_ns();
+        let usage = Usage {
+            count: 1,
+            cycles: end.saturating_sub(now),
+            packets,
+            bits,
+        };
+        self.tree.finish(leaf, &usage, end);
+        self.counters.rounds.add(1);
+        self.counters.busy_ns.add(usage.cycles);
+        if packets == 0 {
+            self.counters.empty_rounds.add(1);
+        }
+        true
+    }
+}
