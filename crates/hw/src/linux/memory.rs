@@ -3,10 +3,12 @@
 //!
 //! A hugepage is physically contiguous, so one pagemap lookup per 2 MiB
 //! gives the device address of every byte in it. Hugetlb pages are never
-//! swapped, and `mlock` keeps them resident; the kernel does not move a
-//! hugepage that is mapped and locked, so the addresses stay valid for
-//! the life of the region (the same assumption every uio-style driver
-//! makes).
+//! swapped out and the mapping is populated and `mlock`ed, so the
+//! addresses stay valid for the life of the region. (The kernel can still
+//! migrate a hugepage to offline memory or to make room for a contiguous
+//! (CMA) allocation; like every uio-style driver, nfkit assumes neither
+//! happens while the device runs. VFIO has no such caveat: its IOMMU
+//! mapping pins the pages.)
 
 use super::mapping::{Mapping, HUGEPAGE_SIZE};
 use super::pagemap::Pagemap;
@@ -41,11 +43,12 @@ impl HugepageDma {
                 "mapping {len} bytes of 2 MiB hugepages failed: {e}"
             )),
         })?;
-        mapping.lock().map_err(|e| {
-            HwError::Unsupported(format!(
-                "locking {len} bytes of hugepages failed ({e}): run as root or raise `ulimit -l`"
-            ))
-        })?;
+        // Hugetlb pages are never swapped out, so the lock is a second
+        // guarantee rather than the first: if `ulimit -l` refuses it, say
+        // so and carry on.
+        if let Err(e) = mapping.lock() {
+            tracing::warn!(len, error = %e, "mlock of hugepage DMA memory failed (raise `ulimit -l`)");
+        }
         Ok(mapping)
     }
 
