@@ -16,9 +16,16 @@
 
 #![deny(unsafe_code)]
 
+pub mod ctrl;
+pub mod error;
+pub mod net;
+pub mod pci;
 pub mod shm;
 pub mod spec;
 pub mod virtqueue;
 
 pub use shm::MemfdArena;
 pub use virtqueue::{LayoutKind, QueueError, RingLayout, Segment, Used, UsedError, Virtqueue};
+pub use error::VirtioError;
+pub use net::{NetDevice, Notify};
+pub use pci::{LegacyTransport, ModernTransport, NetConfig, PciNet, PciTransport};

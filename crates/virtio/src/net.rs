@@ -1,0 +1,288 @@
+//! The network device over any transport (VirtIO 1.2 §5.1): receive and
+//! transmit queue pairs on [`Virtqueue`]s, one [`PktBuf`] per descriptor,
+//! and the [`Port`] implementation.
+//!
+//! Queue numbering (§5.1.2): receiveq*k* is virtqueue 2*k*, transmitq*k*
+//! is 2*k*+1, and the control queue is 2 × `max_virtqueue_pairs`.
+//!
+//! Every packet carries a `virtio_net_hdr` in front (§5.1.6). We offer no
+//! offloads, so it is all zeros on transmit and ignored on receive; it is
+//! placed in the buffer's headroom, so header and packet share one
+//! descriptor (needs VERSION_1 or ANY_LAYOUT, §5.1.6.6 / §6).
+
+use crate::virtqueue::{Segment, Used, Virtqueue};
+use nfkit_hw::{Batch, HwError, Mempool, PktBuf};
+use nfkit_port::{LinkStatus, Port, QueueStats};
+
+/// How a transport tells the device that a queue has new buffers
+/// (§2.7.13.4): an I/O-port write, an MMIO write, an eventfd.
+pub trait Notify: Send {
+    fn notify(&self, queue: u16) -> Result<(), HwError>;
+    /// Link state, if the transport can tell without disturbing the
+    /// data path (configuration space, §5.1.4 `status`).
+    fn link_up(&self) -> Option<bool> {
+        None
+    }
+}
+
+/// Per-queue buffers the device holds, indexed by chain head.
+type Slots = Box<[Option<PktBuf>]>;
+
+fn empty_slots(n: u16) -> Slots {
+    (0..n).map(|_| None).collect()
+}
+
+/// One receive virtqueue and the buffers posted on it.
+pub(crate) struct RxQueue {
+    pub(crate) vq: Virtqueue,
+    pub(crate) index: u16,
+    slots: Slots,
+}
+
+/// One transmit virtqueue and the packets the device still holds.
+pub(crate) struct TxQueue {
+    pub(crate) vq: Virtqueue,
+    pub(crate) index: u16,
+    slots: Slots,
+}
+
+impl RxQueue {
+    pub(crate) fn new(vq: Virtqueue, index: u16) -> Self {
+        let slots = empty_slots(vq.size());
+        RxQueue { vq, index, slots }
+    }
+
+    /// §5.1.6.4: take received packets, strip the header.
+    fn receive(&mut self, hdr_len: usize, batch: &mut Batch, stats: &mut QueueStats) -> usize {
+        let mut got = 0;
+        while !batch.is_full() {
+            let Used { head, len } = match self.vq.pop_used() {
+                Ok(Some(u)) => u,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(queue = self.index, "device error on receive: {e}");
+                    stats.rx_errors += 1;
+                    continue;
+                }
+            };
+            let Some(mut buf) = self.slots[head as usize].take() else {
+                stats.rx_errors += 1;
+                continue;
+            };
+            let len = len as usize;
+            if len < hdr_len || len - hdr_len > buf.pool().data_room() {
+                stats.rx_errors += 1;
+                continue; // dropping `buf` returns it to the pool
+            }
+            buf.set_received(len - hdr_len);
+            stats.rx_packets += 1;
+            stats.rx_bytes += buf.len() as u64;
+            batch.push(buf);
+            got += 1;
+        }
+        got
+    }
+
+    /// §5.1.6.3: post empty buffers on every free descriptor; returns
+    /// whether the device wants to be told.
+    pub(crate) fn refill(&mut self, pool: &Mempool, hdr_len: usize) -> bool {
+        while self.vq.free_descriptors() > 0 {
+            let Some(buf) = pool.alloc() else { break };
+            let seg = Segment {
+                addr: buf.rx_device_addr() - hdr_len as u64,
+                len: (pool.data_room() + hdr_len) as u32,
+                device_writes: true,
+            };
+            let Some(head) = self.vq.add(&[seg]) else { break };
+            self.slots[head as usize] = Some(buf);
+        }
+        self.vq.publish()
+    }
+}
+
+impl TxQueue {
+    pub(crate) fn new(vq: Virtqueue, index: u16) -> Self {
+        let slots = empty_slots(vq.size());
+        TxQueue { vq, index, slots }
+    }
+
+    /// Return the buffers of packets the device has sent to their pool.
+    fn reclaim(&mut self, stats: &mut QueueStats) {
+        loop {
+            match self.vq.pop_used() {
+                Ok(Some(Used { head, .. })) => {
+                    if self.slots[head as usize].take().is_none() {
+                        stats.tx_errors += 1;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(queue = self.index, "device error on transmit: {e}");
+                    stats.tx_errors += 1;
+                }
+            }
+        }
+    }
+
+    /// §5.1.6.2: put a zeroed header in front of each packet and make it
+    /// available. Returns (packets sent, whether to notify).
+    fn send(&mut self, hdr_len: usize, batch: &mut Batch, stats: &mut QueueStats) -> (usize, bool) {
+        let n = batch.len().min(self.vq.free_descriptors());
+        let mut sent = 0;
+        for mut pkt in batch.drain_front(n) {
+            let len = pkt.len();
+            match pkt.prepend(hdr_len) {
+                Ok(hdr) => hdr.fill(0),
+                Err(_) => {
+                    stats.tx_errors += 1; // no headroom for the header
+                    continue;
+                }
+            }
+            let seg = Segment {
+                addr: pkt.device_addr(),
+                len: pkt.len() as u32,
+                device_writes: false,
+            };
+            // Cannot fail: `n` descriptors were free.
+            let Some(head) = self.vq.add(&[seg]) else {
+                stats.tx_dropped += 1;
+                continue;
+            };
+            self.slots[head as usize] = Some(pkt);
+            stats.tx_packets += 1;
+            stats.tx_bytes += len as u64;
+            sent += 1;
+        }
+        (sent, self.vq.publish())
+    }
+}
+
+/// A VirtIO network device with its queue pairs, over transport `N`.
+pub struct NetDevice<N: Notify> {
+    name: String,
+    mac: [u8; 6],
+    notify: N,
+    hdr_len: usize,
+    features: u64,
+    pool: Mempool,
+    rx: Vec<RxQueue>,
+    tx: Vec<TxQueue>,
+    stats: Vec<QueueStats>,
+}
+
+impl<N: Notify> std::fmt::Debug for NetDevice<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetDevice")
+            .field("name", &self.name)
+            .field("pairs", &self.rx.len())
+            .field("features", &format_args!("{:#x}", self.features))
+            .finish()
+    }
+}
+
+/// The parts a transport hands over once the device is running.
+pub(crate) struct NetParts<N> {
+    pub name: String,
+    pub mac: [u8; 6],
+    pub notify: N,
+    pub hdr_len: usize,
+    pub features: u64,
+    pub pool: Mempool,
+    pub rx: Vec<RxQueue>,
+    pub tx: Vec<TxQueue>,
+}
+
+impl<N: Notify> NetDevice<N> {
+    /// Assemble a device whose queues are set up, and post receive
+    /// buffers on every receive queue.
+    pub(crate) fn start(p: NetParts<N>) -> Result<Self, HwError> {
+        let pairs = p.rx.len();
+        let mut dev = NetDevice {
+            name: p.name,
+            mac: p.mac,
+            notify: p.notify,
+            hdr_len: p.hdr_len,
+            features: p.features,
+            pool: p.pool,
+            rx: p.rx,
+            tx: p.tx,
+            stats: vec![QueueStats::default(); pairs],
+        };
+        for q in 0..pairs {
+            if dev.rx[q].refill(&dev.pool, dev.hdr_len) {
+                dev.notify.notify(dev.rx[q].index)?;
+            }
+        }
+        Ok(dev)
+    }
+
+    /// Features both sides agreed on.
+    pub fn features(&self) -> u64 {
+        self.features
+    }
+    /// Bytes of `virtio_net_hdr` in front of every packet.
+    pub fn header_len(&self) -> usize {
+        self.hdr_len
+    }
+    /// The transport (e.g. to reach the control queue or the socket).
+    pub fn transport(&self) -> &N {
+        &self.notify
+    }
+    pub fn transport_mut(&mut self) -> &mut N {
+        &mut self.notify
+    }
+}
+
+impl<N: Notify> Port for NetDevice<N> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn rx_queues(&self) -> usize {
+        self.rx.len()
+    }
+    fn tx_queues(&self) -> usize {
+        self.tx.len()
+    }
+
+    fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        let (Some(rxq), Some(stats)) = (self.rx.get_mut(queue), self.stats.get_mut(queue)) else {
+            return 0;
+        };
+        let got = rxq.receive(self.hdr_len, batch, stats);
+        if rxq.refill(&self.pool, self.hdr_len) && self.notify.notify(rxq.index).is_err() {
+            stats.rx_errors += 1;
+        }
+        got
+    }
+
+    fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        let (Some(txq), Some(stats)) = (self.tx.get_mut(queue), self.stats.get_mut(queue)) else {
+            return 0;
+        };
+        txq.reclaim(stats);
+        let (sent, kick) = txq.send(self.hdr_len, batch, stats);
+        if kick && self.notify.notify(txq.index).is_err() {
+            stats.tx_errors += 1;
+        }
+        sent
+    }
+
+    fn queue_stats(&self, queue: usize) -> QueueStats {
+        self.stats.get(queue).copied().unwrap_or_default()
+    }
+
+    fn link(&self) -> LinkStatus {
+        LinkStatus {
+            up: self.notify.link_up().unwrap_or(true),
+            speed_mbps: None,
+        }
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+}
