@@ -3,13 +3,48 @@
 //! A [`Port`] moves batches of pool buffers ([`Batch`] of [`PktBuf`]) in
 //! and out of one backend: 82599 queues, AF_XDP, AF_PACKET, TAP, pcap
 //! files, null/source/sink. Every command takes a port by its spec string
-//! (see `spec`).
+//! ([`spec`]), opens it with [`open`] (or a [`Registry`] that also knows
+//! the hardware backends), and moves packets with [`fwd()`] or an agent
+//! handler through [`agent`].
+//!
+//! ```no_run
+//! use nfkit_port::{open, OpenOptions, PortSpec, fwd::{fwd, FwdOptions}};
+//! use std::sync::atomic::AtomicBool;
+//! let opts = OpenOptions::default();
+//! let mut a = open(&"pcap:in.pcap".parse::<PortSpec>().unwrap(), &opts).unwrap();
+//! let mut b = open(&"pcap-out:out.pcap".parse::<PortSpec>().unwrap(), &opts).unwrap();
+//! let stop = AtomicBool::new(false);
+//! let report = fwd([&mut *a, &mut *b], &FwdOptions::default(), &stop, |_| {}).unwrap();
+//! assert_eq!(report.dirs[0].received, report.dirs[0].forwarded + report.dirs[0].dropped);
+//! ```
 //!
 //! Counting rule, on every port and queue: every packet handed to
 //! `tx_batch` is either sent (`tx_packets`) or left in the batch for the
 //! caller, who must count it when dropping it; every packet a backend
 //! discards itself is counted in `rx_dropped`/`tx_dropped` or
 //! `rx_errors`/`tx_errors`.
+//!
+//! `unsafe` in this crate is confined to [`sys`] (raw socket, ioctl and
+//! bpf system calls) and the two ring modules that share memory with the
+//! kernel (`afpacket::ring`, `afxdp::ring`); each block has a
+//! `// SAFETY:` comment.
+
+#![deny(unsafe_code)]
+
+pub mod afpacket;
+pub mod afxdp;
+pub mod agent;
+pub mod fwd;
+pub mod null;
+pub mod open;
+pub mod pcap;
+pub mod spec;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod tap;
+
+pub use open::{open, software_pool, OpenOptions, Opener, Registry};
+pub use spec::{PortSpec, SpecError};
 
 pub use nfkit_hw::{Batch, Mempool, PktBuf};
 
@@ -68,7 +103,11 @@ pub enum PortError {
         source: nfkit_hw::HwError,
     },
     #[error("port `{port}`: queue {queue} does not exist (the port has {count})")]
-    NoQueue { port: String, queue: usize, count: usize },
+    NoQueue {
+        port: String,
+        queue: usize,
+        count: usize,
+    },
 }
 
 /// A packet port with one or more RX and TX queues.
@@ -110,4 +149,42 @@ pub trait Port: Send {
     /// The pool this port's received buffers come from (generators
     /// allocate from it too).
     fn pool(&self) -> &Mempool;
+    /// A fault the port met on its data path since the last call (a
+    /// corrupt capture file, a vanished interface). `rx_batch`/`tx_batch`
+    /// cannot return errors, so loops poll this now and then.
+    fn take_error(&mut self) -> Option<PortError> {
+        None
+    }
+    /// Whether the port will never receive another packet (a capture file
+    /// replayed to its end, a port with no receive side). Loops over
+    /// finite sources stop when every port is done.
+    fn rx_done(&self) -> bool {
+        false
+    }
+    /// Push buffered output to its destination (a capture file).
+    fn flush(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+}
+
+impl PortError {
+    /// A configuration error naming the port.
+    pub fn config(port: &str, msg: impl Into<String>) -> PortError {
+        PortError::Config {
+            port: port.to_string(),
+            msg: msg.into(),
+        }
+    }
+    /// An operating-system error naming the port and what was attempted.
+    pub fn os(port: &str, msg: impl Into<String>, source: std::io::Error) -> PortError {
+        PortError::Os {
+            port: port.to_string(),
+            msg: msg.into(),
+            source,
+        }
+    }
+    /// The last OS error (`errno`) with the port and the step.
+    pub fn last_os(port: &str, msg: impl Into<String>) -> PortError {
+        PortError::os(port, msg, std::io::Error::last_os_error())
+    }
 }

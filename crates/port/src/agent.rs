@@ -1,0 +1,224 @@
+//! The agent API (TinyNF's driver model) over any queue-model ports.
+//!
+//! An NF is a handler per input port, with the signature of the 82599
+//! agent model: `handler(buffer, len, outputs)`. `buffer` is the packet's
+//! whole buffer (the packet at its start, `len` bytes long, with the
+//! buffer's free space after it); the handler changes it in place and
+//! writes, for each port, the length to send on it (`0` = not on that
+//! output). The adapter receives a batch, runs the handler on each packet,
+//! and sends: the original buffer to the last output chosen, a fresh copy
+//! to every other one (a packet on two outputs needs two buffers here,
+//! where the 82599 agent model shares one).
+//!
+//! Counting: per output, `requested = sent + dropped` (dropped: TX ring
+//! full, no buffer for a copy, or a length larger than the buffer); per
+//! input, `received = discarded + packets sent on at least one output or
+//! dropped`.
+
+use crate::{Batch, PktBuf, Port};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Counters of an [`AgentAdapter`], indexed by port.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// Packets received per input.
+    pub received: Vec<u64>,
+    /// Packets the handler sent nowhere, per input.
+    pub discarded: Vec<u64>,
+    /// Packets the handler asked to send per output.
+    pub requested: Vec<u64>,
+    pub sent: Vec<u64>,
+    pub dropped: Vec<u64>,
+}
+
+/// Runs per-input handlers over a set of ports. Buffers for the per-output
+/// batches are made once, here.
+pub struct AgentAdapter {
+    rx: Batch,
+    out: Vec<Batch>,
+    lens: Vec<usize>,
+    stats: AgentStats,
+}
+
+impl AgentAdapter {
+    /// An adapter for `ports` ports (each is an input and an output).
+    pub fn new(ports: usize) -> AgentAdapter {
+        AgentAdapter {
+            rx: Batch::new(),
+            out: (0..ports).map(|_| Batch::new()).collect(),
+            lens: vec![0; ports],
+            stats: AgentStats {
+                received: vec![0; ports],
+                discarded: vec![0; ports],
+                requested: vec![0; ports],
+                sent: vec![0; ports],
+                dropped: vec![0; ports],
+            },
+        }
+    }
+
+    pub fn stats(&self) -> &AgentStats {
+        &self.stats
+    }
+
+    /// One round: every RX queue of every port, through that port's
+    /// handler. Returns the packets received.
+    ///
+    /// # Panics
+    /// If `ports` and `handlers` do not both have the length given to
+    /// [`AgentAdapter::new`] (a programming error, not bad input).
+    pub fn poll<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H]) -> usize
+    where
+        H: FnMut(&mut [u8], usize, &mut [usize]),
+    {
+        assert!(
+            ports.len() == self.out.len() && handlers.len() == self.out.len(),
+            "AgentAdapter made for {} ports, given {} ports and {} handlers",
+            self.out.len(),
+            ports.len(),
+            handlers.len()
+        );
+        let mut total = 0;
+        for input in 0..ports.len() {
+            for q in 0..ports[input].rx_queues() {
+                let n = ports[input].rx_batch(q, &mut self.rx);
+                if n == 0 {
+                    continue;
+                }
+                total += n;
+                self.stats.received[input] += n as u64;
+                let mut rx = std::mem::take(&mut self.rx);
+                for pkt in rx.drain() {
+                    self.handle(input, pkt, &mut handlers[input], ports, q);
+                }
+                self.rx = rx;
+                self.flush_all(ports, q);
+            }
+        }
+        total
+    }
+
+    /// Poll until `stop` is set.
+    pub fn run<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H], stop: &AtomicBool)
+    where
+        H: FnMut(&mut [u8], usize, &mut [usize]),
+    {
+        while !stop.load(Ordering::Relaxed) {
+            for _ in 0..256 {
+                self.poll(ports, handlers);
+            }
+        }
+    }
+
+    fn handle<H>(
+        &mut self,
+        input: usize,
+        mut pkt: PktBuf,
+        handler: &mut H,
+        ports: &mut [&mut dyn Port],
+        q: usize,
+    ) where
+        H: FnMut(&mut [u8], usize, &mut [usize]),
+    {
+        let len = pkt.len();
+        let room = len + pkt.tailroom();
+        // Cannot fail: the room is what the buffer has.
+        let _ = pkt.set_len(room);
+        self.lens.fill(0);
+        handler(pkt.data_mut(), len, &mut self.lens);
+        let Some(last) = self.lens.iter().rposition(|&l| l > 0) else {
+            self.stats.discarded[input] += 1;
+            return;
+        };
+        for o in 0..last {
+            let l = self.lens[o];
+            if l == 0 {
+                continue;
+            }
+            self.stats.requested[o] += 1;
+            let copy = (l <= room).then(|| copy_prefix(&pkt, l)).flatten();
+            match copy {
+                Some(c) => self.enqueue(o, c, ports, q),
+                None => self.stats.dropped[o] += 1,
+            }
+        }
+        self.stats.requested[last] += 1;
+        if pkt.set_len(self.lens[last]).is_ok() {
+            self.enqueue(last, pkt, ports, q);
+        } else {
+            self.stats.dropped[last] += 1;
+        }
+    }
+
+    fn enqueue(&mut self, o: usize, pkt: PktBuf, ports: &mut [&mut dyn Port], q: usize) {
+        if self.out[o].is_full() {
+            self.flush(o, ports, q);
+        }
+        // Cannot be handed back: the batch was just flushed if full.
+        if self.out[o].push(pkt).is_some() {
+            self.stats.dropped[o] += 1;
+        }
+    }
+
+    fn flush_all(&mut self, ports: &mut [&mut dyn Port], q: usize) {
+        for o in 0..self.out.len() {
+            self.flush(o, ports, q);
+        }
+    }
+
+    fn flush(&mut self, o: usize, ports: &mut [&mut dyn Port], q: usize) {
+        if self.out[o].is_empty() {
+            return;
+        }
+        let txq = q % ports[o].tx_queues().max(1);
+        self.stats.sent[o] += ports[o].tx_batch(txq, &mut self.out[o]) as u64;
+        self.stats.dropped[o] += self.out[o].len() as u64;
+        self.out[o].clear();
+    }
+}
+
+/// A fresh buffer from the same pool holding the first `len` bytes of
+/// `pkt`, or `None` if the pool is empty.
+fn copy_prefix(pkt: &PktBuf, len: usize) -> Option<PktBuf> {
+    let mut c = pkt.pool().alloc()?;
+    c.copy_from(&pkt.data()[..len]).ok()?;
+    Some(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{open, OpenOptions};
+
+    #[test]
+    fn handler_rewrites_truncates_and_replicates() {
+        let o = OpenOptions::default();
+        let mut src = open(&"null:size=100".parse().unwrap(), &o).unwrap();
+        let mut sink = open(&"null:".parse().unwrap(), &o).unwrap();
+        let mut ports: [&mut dyn Port; 2] = [&mut *src, &mut *sink];
+        let mut seen = 0;
+        let mut handlers = [
+            |buf: &mut [u8], len: usize, out: &mut [usize]| {
+                assert_eq!(len, 100);
+                assert!(buf.len() >= 1900, "the whole buffer is offered");
+                buf[0] = 0xee;
+                out[1] = 60; // truncated to 60 on port 1
+                out[0] = len; // and back out of port 0
+            },
+            |_: &mut [u8], _: usize, _: &mut [usize]| {},
+        ];
+        let mut a = AgentAdapter::new(2);
+        while seen < 1000 {
+            seen += a.poll(&mut ports, &mut handlers);
+        }
+        let s = a.stats().clone();
+        assert_eq!(s.received[0] as usize, seen);
+        assert_eq!(s.requested, vec![seen as u64, seen as u64]);
+        for o in 0..2 {
+            assert_eq!(s.requested[o], s.sent[o] + s.dropped[o]);
+        }
+        assert_eq!(ports[1].stats().tx_bytes, 60 * s.sent[1]);
+        assert_eq!(ports[0].stats().tx_packets, s.sent[0]);
+        assert_eq!(s.discarded, vec![0, 0]);
+    }
+}

@@ -1,0 +1,206 @@
+//! The forwarding loop behind `nfkit fwd`: two ports, both directions,
+//! every packet touched (its first byte read, so the data is pulled into
+//! the cache as an NF would), and every packet the receiving side cannot
+//! take counted as dropped: on each direction
+//! `received = forwarded + dropped`.
+//!
+//! Queues: RX queue `q` of one port feeds TX queue `q % tx_queues` of the
+//! other; one thread polls every queue in turn.
+
+use crate::{Batch, Port, PortError, QueueStats};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to do to each packet on its way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Touch {
+    /// Read the first byte (the default: real traffic passes unchanged).
+    #[default]
+    Read,
+    /// Increment byte 1 of the destination MAC, as ixy-fwd does (breaks
+    /// real traffic; for benchmarks).
+    Write,
+    /// Leave packets alone.
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct FwdOptions {
+    pub touch: Touch,
+    /// How often the stats callback runs.
+    pub stats_interval: Duration,
+    /// Stop once both ports say they will receive nothing more (finite
+    /// sources such as a capture replay).
+    pub stop_when_done: bool,
+}
+
+impl Default for FwdOptions {
+    fn default() -> Self {
+        FwdOptions {
+            touch: Touch::Read,
+            stats_interval: Duration::from_secs(1),
+            stop_when_done: true,
+        }
+    }
+}
+
+/// Counters of one direction.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DirStats {
+    pub received: u64,
+    pub forwarded: u64,
+    /// Refused by the sending port (TX ring full) and freed.
+    pub dropped: u64,
+    pub bytes: u64,
+}
+
+/// What the loop did so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FwdReport {
+    /// `dirs[0]`: port 0 to port 1; `dirs[1]`: port 1 to port 0.
+    pub dirs: [DirStats; 2],
+    /// Each port's own counters.
+    pub ports: [QueueStats; 2],
+    pub elapsed: Duration,
+}
+
+/// Polls between checks of the clock, the stop flag and port errors
+/// (cheap enough to keep out of every iteration).
+const CHECK_EVERY: u32 = 256;
+
+/// Forward between `ports[0]` and `ports[1]` until `stop` is set (or both
+/// sources are done, see [`FwdOptions::stop_when_done`]), calling
+/// `on_stats` every `stats_interval`. Returns the final counters, or the
+/// first error a port reported on its data path.
+pub fn fwd(
+    ports: [&mut dyn Port; 2],
+    opts: &FwdOptions,
+    stop: &AtomicBool,
+    mut on_stats: impl FnMut(&FwdReport),
+) -> Result<FwdReport, PortError> {
+    let [a, b] = ports;
+    let mut batch = Batch::new();
+    let mut report = FwdReport::default();
+    let start = Instant::now();
+    let mut last_stats = start;
+    let mut polls = 0u32;
+    loop {
+        forward(
+            &mut *a,
+            &mut *b,
+            &mut batch,
+            opts.touch,
+            &mut report.dirs[0],
+        );
+        forward(
+            &mut *b,
+            &mut *a,
+            &mut batch,
+            opts.touch,
+            &mut report.dirs[1],
+        );
+        polls += 1;
+        if polls < CHECK_EVERY {
+            continue;
+        }
+        polls = 0;
+        for p in [&mut *a, &mut *b] {
+            if let Some(e) = p.take_error() {
+                return Err(e);
+            }
+        }
+        let done = opts.stop_when_done && a.rx_done() && b.rx_done();
+        let now = Instant::now();
+        if now - last_stats >= opts.stats_interval {
+            last_stats = now;
+            fill(&mut report, &*a, &*b, start);
+            on_stats(&report);
+        }
+        if done || stop.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    a.flush()?;
+    b.flush()?;
+    fill(&mut report, &*a, &*b, start);
+    on_stats(&report);
+    Ok(report)
+}
+
+fn fill(r: &mut FwdReport, a: &dyn Port, b: &dyn Port, start: Instant) {
+    r.ports = [a.stats(), b.stats()];
+    r.elapsed = start.elapsed();
+}
+
+/// One round over the RX queues of `from`.
+#[inline]
+fn forward(
+    from: &mut dyn Port,
+    to: &mut dyn Port,
+    batch: &mut Batch,
+    touch: Touch,
+    s: &mut DirStats,
+) {
+    let txq = to.tx_queues().max(1);
+    for q in 0..from.rx_queues() {
+        let n = from.rx_batch(q, batch);
+        if n == 0 {
+            continue;
+        }
+        s.received += n as u64;
+        for p in batch.iter_mut() {
+            s.bytes += p.len() as u64;
+            touch_packet(p, touch);
+        }
+        s.forwarded += to.tx_batch(q % txq, batch) as u64;
+        s.dropped += batch.len() as u64;
+        batch.clear();
+    }
+}
+
+#[inline(always)]
+fn touch_packet(p: &mut nfkit_hw::PktBuf, touch: Touch) {
+    match touch {
+        Touch::Read => {
+            std::hint::black_box(p.data().first().copied());
+        }
+        Touch::Write => {
+            if let Some(x) = p.data_mut().get_mut(1) {
+                *x = x.wrapping_add(1);
+            }
+        }
+        Touch::None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{open, OpenOptions};
+
+    #[test]
+    fn null_source_to_sink_adds_up() {
+        let o = OpenOptions::default();
+        let mut src = open(&"null:size=60".parse().unwrap(), &o).unwrap();
+        let mut sink = open(&"null:".parse().unwrap(), &o).unwrap();
+        let stop = AtomicBool::new(false);
+        let mut calls = 0;
+        let opts = FwdOptions {
+            stats_interval: Duration::ZERO,
+            ..FwdOptions::default()
+        };
+        let r = fwd([&mut *src, &mut *sink], &opts, &stop, |r| {
+            calls += 1;
+            if r.dirs[0].received > 10_000 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+        assert!(calls >= 2);
+        let d = r.dirs[0];
+        assert!(d.received > 10_000);
+        assert_eq!(d.received, d.forwarded + d.dropped);
+        assert_eq!(r.ports[1].tx_packets, d.forwarded);
+        assert_eq!(r.dirs[1], DirStats::default());
+    }
+}

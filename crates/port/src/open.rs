@@ -1,0 +1,134 @@
+//! Opening a port from its spec, and the registry the CLI extends with
+//! the hardware backends (`sim:`, `pci:`) that live in other crates.
+
+use crate::spec::PortSpec;
+use crate::{afpacket, afxdp, null, pcap, tap, Mempool, Port, PortError};
+use nfkit_hw::pool::DEFAULT_BUF_SIZE;
+use nfkit_hw::sim::SimDma;
+
+/// Settings shared by all backends.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Buffers in the port's pool (per port, shared by its queues).
+    pub pool_buffers: usize,
+    /// Ring slots per queue for the kernel-ring backends (AF_PACKET
+    /// frames, AF_XDP descriptors); a power of two.
+    pub ring_size: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            pool_buffers: 4096,
+            ring_size: 2048,
+        }
+    }
+}
+
+/// A pool of `count` 2 KiB buffers in ordinary memory, for software ports:
+/// no device DMAs into it, so the simulated platform's heap memory does.
+pub fn software_pool(name: &str, count: usize) -> Result<Mempool, PortError> {
+    let dma = SimDma::new();
+    Mempool::new(&*dma, name, count, DEFAULT_BUF_SIZE).map_err(|source| PortError::Hw {
+        port: name.to_string(),
+        source,
+    })
+}
+
+/// Open one of the software backends. `sim:` and `pci:` give a
+/// `PortError::Config`: open those through a [`Registry`] that has an
+/// [`Opener`] for them.
+pub fn open(spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortError> {
+    let name = spec.to_string();
+    Ok(match spec {
+        PortSpec::Null(s) => Box::new(null::NullPort::open(&name, s, opts)?),
+        PortSpec::Pcap(s) => Box::new(pcap::PcapPort::open(&name, s, opts)?),
+        PortSpec::AfPacket(s) => Box::new(afpacket::AfPacketPort::open(&name, s, opts)?),
+        PortSpec::Tap(s) => Box::new(tap::TapPort::open(&name, s, opts)?),
+        PortSpec::AfXdp(s) => afxdp::AfXdpPort::open(&name, s, opts)?,
+        PortSpec::Sim(_) | PortSpec::Pci(_) => {
+            return Err(PortError::config(
+                &name,
+                "82599 ports (sim:, pci:) are not supported here: open them through a \
+                 Registry with the ixgbe opener (the `nfkit` command does this)",
+            ))
+        }
+    })
+}
+
+/// Opens the specs a crate above this one knows (the 82599 driver for
+/// `sim:` and `pci:`). Returns `None` to pass the spec on.
+pub trait Opener: Send + Sync {
+    fn open(&self, spec: &PortSpec, opts: &OpenOptions)
+        -> Option<Result<Box<dyn Port>, PortError>>;
+}
+
+impl<F> Opener for F
+where
+    F: Fn(&PortSpec, &OpenOptions) -> Option<Result<Box<dyn Port>, PortError>> + Send + Sync,
+{
+    fn open(
+        &self,
+        spec: &PortSpec,
+        opts: &OpenOptions,
+    ) -> Option<Result<Box<dyn Port>, PortError>> {
+        self(spec, opts)
+    }
+}
+
+/// The software backends plus any added openers, asked in the order added
+/// before the built-in ones.
+#[derive(Default)]
+pub struct Registry {
+    openers: Vec<Box<dyn Opener>>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Add an opener, asked before the ones already added and before the
+    /// software backends.
+    pub fn with(mut self, opener: impl Opener + 'static) -> Registry {
+        self.openers.insert(0, Box::new(opener));
+        self
+    }
+
+    pub fn open(&self, spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortError> {
+        for o in &self.openers {
+            if let Some(r) = o.open(spec, opts) {
+                return r;
+            }
+        }
+        open(spec, opts)
+    }
+
+    /// Parse and open.
+    pub fn open_str(&self, spec: &str, opts: &OpenOptions) -> Result<Box<dyn Port>, PortError> {
+        let parsed: PortSpec = spec
+            .parse()
+            .map_err(|e: crate::SpecError| PortError::config(spec, e.msg))?;
+        self.open(&parsed, opts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardware_specs_need_an_opener() {
+        let e = open(&"sim:0".parse().unwrap(), &OpenOptions::default())
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("not supported here"), "{e}");
+        let reg = Registry::new().with(|spec: &PortSpec, opts: &OpenOptions| match spec {
+            PortSpec::Sim(_) => Some(open(&"null:".parse().unwrap(), opts)),
+            _ => None,
+        });
+        let p = reg.open_str("sim:0", &OpenOptions::default()).unwrap();
+        assert_eq!(p.name(), "null:");
+        assert!(reg.open_str("nope", &OpenOptions::default()).is_err());
+    }
+}

@@ -1,0 +1,440 @@
+//! Port specs: the strings every command takes to name a port.
+//!
+//! | spec | port |
+//! |---|---|
+//! | `null:` | sink that discards TX, receives nothing |
+//! | `null:size=64` | also a source: endless 64-byte frames from one template |
+//! | `pcap:FILE[,timing=file][,loop=N]` | replay FILE (pcap or pcapng) on RX; TX discarded (counted) |
+//! | `pcap-out:FILE` | write TX to FILE (pcap, nanosecond timestamps); receives nothing |
+//! | `pcap:rx=IN,tx=OUT[,timing=file][,loop=N]` | both at once |
+//! | `afpacket:IFACE[,queues=N]` | AF_PACKET with PACKET_MMAP rings, N fanout sockets |
+//! | `tap:NAME` | a kernel TAP interface NAME created by nfkit |
+//! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
+//! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
+//! | `pci:ADDR` | an 82599 at PCI address ADDR (opened by the CLI's registry) |
+//!
+//! `loop=0` replays forever; `timing=file` keeps the capture's
+//! inter-packet gaps, `timing=fast` (default) replays as fast as the
+//! receiver polls.
+
+use nfkit_hw::PciAddress;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+/// A parsed port spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpec {
+    Null(NullSpec),
+    Pcap(PcapSpec),
+    AfPacket(AfPacketSpec),
+    Tap(TapSpec),
+    AfXdp(AfXdpSpec),
+    /// A simulated 82599, by index.
+    Sim(usize),
+    /// An 82599 at a PCI address.
+    Pci(PciAddress),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NullSpec {
+    /// Receive an endless stream of frames of this size, if set.
+    pub size: Option<usize>,
+}
+
+/// Pacing of a capture replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Timing {
+    /// As fast as the receiver polls.
+    #[default]
+    Fast,
+    /// Keep the capture's inter-packet gaps.
+    File,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PcapSpec {
+    pub rx: Option<PathBuf>,
+    pub tx: Option<PathBuf>,
+    pub timing: Timing,
+    /// Passes over the file; 0 = forever.
+    pub loops: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfPacketSpec {
+    pub iface: String,
+    /// Sockets joined in one PACKET_FANOUT_HASH group, one per queue.
+    pub queues: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapSpec {
+    pub name: String,
+}
+
+/// AF_XDP bind mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XdpMode {
+    /// Zero-copy if the driver supports it, else copy.
+    #[default]
+    Auto,
+    Copy,
+    ZeroCopy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfXdpSpec {
+    pub iface: String,
+    /// First device queue.
+    pub queue: u32,
+    /// Number of consecutive device queues, one XDP socket each.
+    pub queues: usize,
+    pub mode: XdpMode,
+}
+
+/// Why a spec string did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("port spec `{spec}`: {msg}")]
+pub struct SpecError {
+    pub spec: String,
+    pub msg: String,
+}
+
+const KINDS: &str = "null:, pcap:FILE, pcap-out:FILE, afpacket:IFACE, tap:NAME, afxdp:IFACE[:QUEUE], sim:N, pci:ADDR";
+/// Linux limit on interface names (IFNAMSIZ - 1).
+const MAX_IFNAME: usize = 15;
+
+impl FromStr for PortSpec {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<PortSpec, SpecError> {
+        let err = |msg: String| SpecError {
+            spec: s.to_string(),
+            msg,
+        };
+        let (kind, rest) = s
+            .split_once(':')
+            .ok_or_else(|| err(format!("missing `kind:`; expected one of {KINDS}")))?;
+        let (main, opts) = split_options(rest);
+        let opts = Options::parse(opts).map_err(err)?;
+        let spec = match kind {
+            "null" => parse_null(main, opts),
+            "pcap" => parse_pcap(main, opts, false),
+            "pcap-out" => parse_pcap(main, opts, true),
+            "afpacket" => parse_afpacket(main, opts),
+            "tap" => parse_tap(main, opts),
+            "afxdp" => parse_afxdp(main, opts),
+            "sim" => parse_sim(main, opts),
+            "pci" => parse_pci(main, opts),
+            other => Err(format!(
+                "unknown port kind `{other}`; expected one of {KINDS}"
+            )),
+        };
+        spec.map_err(err)
+    }
+}
+
+/// Split `main,key=value,...` into the main part and the options. For
+/// `pcap:rx=a,tx=b` (no main part) the first item is an option too.
+fn split_options(rest: &str) -> (&str, &str) {
+    let (first, tail) = rest.split_once(',').unwrap_or((rest, ""));
+    if first.contains('=') {
+        ("", rest)
+    } else {
+        (first, tail)
+    }
+}
+
+/// `key=value` options in order, each to be consumed once.
+struct Options(Vec<(String, String)>);
+
+impl Options {
+    fn parse(s: &str) -> Result<Options, String> {
+        let mut v = Vec::new();
+        for item in s.split(',').filter(|i| !i.is_empty()) {
+            let (k, val) = item
+                .split_once('=')
+                .ok_or_else(|| format!("option `{item}` must be key=value"))?;
+            if v.iter().any(|(key, _): &(String, String)| key == k) {
+                return Err(format!("option `{k}` given twice"));
+            }
+            v.push((k.to_string(), val.to_string()));
+        }
+        Ok(Options(v))
+    }
+
+    fn take(&mut self, key: &str) -> Option<String> {
+        let i = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(i).1)
+    }
+
+    fn take_num<T: FromStr>(&mut self, key: &str, what: &str) -> Result<Option<T>, String> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("option `{key}={v}`: expected {what}")),
+        }
+    }
+
+    /// Error on any option nobody consumed.
+    fn finish(self, known: &str) -> Result<(), String> {
+        match self.0.first() {
+            None => Ok(()),
+            Some((k, _)) => Err(format!("unknown option `{k}`; this port takes {known}")),
+        }
+    }
+}
+
+fn parse_null(main: &str, mut o: Options) -> Result<PortSpec, String> {
+    if !main.is_empty() {
+        return Err(format!(
+            "unexpected `{main}`; use `null:` or `null:size=BYTES`"
+        ));
+    }
+    let size = o.take_num::<usize>("size", "a frame size in bytes")?;
+    if let Some(sz) = size {
+        if !(14..=9018).contains(&sz) {
+            return Err(format!(
+                "size={sz} must be between 14 (an Ethernet header) and 9018"
+            ));
+        }
+    }
+    o.finish("size=BYTES")?;
+    Ok(PortSpec::Null(NullSpec { size }))
+}
+
+fn parse_pcap(main: &str, mut o: Options, out: bool) -> Result<PortSpec, String> {
+    let mut p = PcapSpec {
+        loops: 1,
+        ..PcapSpec::default()
+    };
+    let main = (!main.is_empty()).then(|| PathBuf::from(main));
+    if out {
+        p.tx = main;
+    } else {
+        p.rx = main;
+        if let Some(rx) = o.take("rx") {
+            if p.rx.is_some() {
+                return Err(
+                    "give the input file either as `pcap:FILE` or as `rx=FILE`, not both".into(),
+                );
+            }
+            p.rx = Some(rx.into());
+        }
+        p.tx = o.take("tx").map(PathBuf::from);
+    }
+    if let Some(t) = o.take("timing") {
+        p.timing = match t.as_str() {
+            "file" | "pcap" => Timing::File,
+            "fast" => Timing::Fast,
+            _ => return Err(format!("timing={t}: expected `file` or `fast`")),
+        };
+    }
+    if let Some(n) = o.take_num("loop", "a number of passes (0 = forever)")? {
+        p.loops = n;
+    }
+    o.finish("rx=FILE, tx=FILE, timing=file|fast, loop=N")?;
+    if p.rx.is_none() && p.tx.is_none() {
+        return Err("no file: use pcap:IN.pcap, pcap-out:OUT.pcap or pcap:rx=IN,tx=OUT".into());
+    }
+    Ok(PortSpec::Pcap(p))
+}
+
+fn check_ifname(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("missing interface name".into());
+    }
+    if name.len() > MAX_IFNAME || name.contains(['/', ' ', ':', '\0']) {
+        return Err(format!(
+            "`{name}` is not a valid interface name (at most {MAX_IFNAME} bytes, no `/`, `:` or spaces)"
+        ));
+    }
+    Ok(())
+}
+
+fn take_queues(o: &mut Options) -> Result<usize, String> {
+    let n = o.take_num::<usize>("queues", "a queue count")?.unwrap_or(1);
+    if !(1..=64).contains(&n) {
+        return Err(format!("queues={n} must be between 1 and 64"));
+    }
+    Ok(n)
+}
+
+fn parse_afpacket(main: &str, mut o: Options) -> Result<PortSpec, String> {
+    check_ifname(main)?;
+    let queues = take_queues(&mut o)?;
+    o.finish("queues=N")?;
+    Ok(PortSpec::AfPacket(AfPacketSpec {
+        iface: main.to_string(),
+        queues,
+    }))
+}
+
+fn parse_tap(main: &str, o: Options) -> Result<PortSpec, String> {
+    check_ifname(main)?;
+    o.finish("no options")?;
+    Ok(PortSpec::Tap(TapSpec {
+        name: main.to_string(),
+    }))
+}
+
+fn parse_afxdp(main: &str, mut o: Options) -> Result<PortSpec, String> {
+    let (iface, queue) = match main.split_once(':') {
+        Some((i, q)) => (
+            i,
+            q.parse::<u32>()
+                .map_err(|_| format!("queue `{q}` is not a number; use afxdp:IFACE:QUEUE"))?,
+        ),
+        None => (main, 0),
+    };
+    check_ifname(iface)?;
+    let queues = take_queues(&mut o)?;
+    let mode = match o.take("mode").as_deref() {
+        None | Some("auto") => XdpMode::Auto,
+        Some("copy") => XdpMode::Copy,
+        Some("zc") | Some("zerocopy") => XdpMode::ZeroCopy,
+        Some(m) => return Err(format!("mode={m}: expected auto, copy or zc")),
+    };
+    o.finish("queues=N, mode=auto|copy|zc")?;
+    Ok(PortSpec::AfXdp(AfXdpSpec {
+        iface: iface.to_string(),
+        queue,
+        queues,
+        mode,
+    }))
+}
+
+fn parse_sim(main: &str, o: Options) -> Result<PortSpec, String> {
+    let n = main
+        .parse()
+        .map_err(|_| format!("`{main}` is not a device number; use sim:0, sim:1, ..."))?;
+    o.finish("no options")?;
+    Ok(PortSpec::Sim(n))
+}
+
+fn parse_pci(main: &str, o: Options) -> Result<PortSpec, String> {
+    let addr = main
+        .parse()
+        .map_err(|_| format!("`{main}` is not a PCI address; use pci:0000:03:00.0"))?;
+    o.finish("no options")?;
+    Ok(PortSpec::Pci(addr))
+}
+
+impl fmt::Display for PortSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortSpec::Null(n) => match n.size {
+                Some(s) => write!(f, "null:size={s}"),
+                None => write!(f, "null:"),
+            },
+            PortSpec::Pcap(p) => {
+                let mut parts = Vec::new();
+                if let Some(rx) = &p.rx {
+                    parts.push(format!("rx={}", rx.display()));
+                }
+                if let Some(tx) = &p.tx {
+                    parts.push(format!("tx={}", tx.display()));
+                }
+                if p.timing == Timing::File {
+                    parts.push("timing=file".into());
+                }
+                if p.loops != 1 {
+                    parts.push(format!("loop={}", p.loops));
+                }
+                write!(f, "pcap:{}", parts.join(","))
+            }
+            PortSpec::AfPacket(a) => {
+                write!(f, "afpacket:{}", a.iface)?;
+                if a.queues != 1 {
+                    write!(f, ",queues={}", a.queues)?;
+                }
+                Ok(())
+            }
+            PortSpec::Tap(t) => write!(f, "tap:{}", t.name),
+            PortSpec::AfXdp(x) => {
+                write!(f, "afxdp:{}:{}", x.iface, x.queue)?;
+                if x.queues != 1 {
+                    write!(f, ",queues={}", x.queues)?;
+                }
+                match x.mode {
+                    XdpMode::Auto => Ok(()),
+                    XdpMode::Copy => write!(f, ",mode=copy"),
+                    XdpMode::ZeroCopy => write!(f, ",mode=zc"),
+                }
+            }
+            PortSpec::Sim(n) => write!(f, "sim:{n}"),
+            PortSpec::Pci(a) => write!(f, "pci:{a}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PortSpec {
+        s.parse().unwrap_or_else(|e| panic!("{e}"))
+    }
+    fn bad(s: &str) -> String {
+        s.parse::<PortSpec>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_kind_parses_and_round_trips() {
+        for s in [
+            "null:",
+            "null:size=64",
+            "pcap:rx=in.pcap",
+            "pcap:tx=out.pcap",
+            "pcap:rx=a.pcap,tx=b.pcap,timing=file,loop=3",
+            "afpacket:veth0",
+            "afpacket:veth0,queues=4",
+            "tap:nf0",
+            "afxdp:eth1:2",
+            "afxdp:eth1:0,queues=2,mode=copy",
+            "sim:1",
+            "pci:0000:03:00.0",
+        ] {
+            assert_eq!(p(s).to_string(), s, "{s}");
+            assert_eq!(p(&p(s).to_string()), p(s));
+        }
+    }
+
+    #[test]
+    fn short_forms() {
+        assert_eq!(p("pcap:in.pcap"), p("pcap:rx=in.pcap"));
+        assert_eq!(p("pcap-out:o.pcap"), p("pcap:tx=o.pcap"));
+        assert_eq!(p("afxdp:eth0"), p("afxdp:eth0:0"));
+        match p("pcap:x.pcap,loop=0,timing=file") {
+            PortSpec::Pcap(s) => {
+                assert_eq!(s.loops, 0);
+                assert_eq!(s.timing, Timing::File);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_spec_and_the_fix() {
+        assert!(bad("eth0").contains("missing `kind:`"));
+        assert!(bad("foo:bar").contains("unknown port kind `foo`"));
+        assert!(bad("null:size=abc").contains("expected a frame size"));
+        assert!(bad("null:size=3").contains("between 14"));
+        assert!(bad("null:speed=1").contains("unknown option `speed`"));
+        assert!(bad("pcap:").contains("no file"));
+        assert!(bad("pcap:a,rx=b").contains("not both"));
+        assert!(bad("pcap:a,timing=slow").contains("timing=slow"));
+        assert!(bad("pcap:a,loop=1,loop=2").contains("given twice"));
+        assert!(bad("afpacket:").contains("missing interface"));
+        assert!(bad("afpacket:averyveryverylongname").contains("not a valid interface name"));
+        assert!(bad("afpacket:eth0,queues=0").contains("between 1 and 64"));
+        assert!(bad("afxdp:eth0:x").contains("not a number"));
+        assert!(bad("afxdp:eth0,mode=fast").contains("mode=fast"));
+        assert!(bad("sim:x").contains("device number"));
+        assert!(bad("pci:zz").contains("not a PCI address"));
+        assert!(bad("tap:a,b=c").contains("no options"));
+        assert!(bad("tap:a/b").contains("not a valid"));
+    }
+}
