@@ -1,1 +1,79 @@
-//! Intel 82599 driver: device init (datasheet 4.6.3), agent model and queue model
+//! # nfkit-ixgbe: a user-space driver for the Intel 82599
+//!
+//! Written against the hardware-access layer of `nfkit-hw`, so the same
+//! code drives a real NIC (sysfs/uio or VFIO) and the software model of
+//! `nfkit-ixgbe-model`: everything is generic over the BAR type and takes
+//! its DMA memory and its clock as trait objects.
+//!
+//! * [`Device::init`] walks datasheet §4.6.3 (see `init.rs`), with a typed
+//!   [`InitError`] naming the [`Step`] and section on any failure.
+//! * The **agent model** ([`Agent`], TinyNF): one input, up to
+//!   [`MAX_OUTPUTS`] outputs, one logical ring, packets handled in place.
+//! * The **queue model** ([`RxQueue`], [`TxQueue`], ixy/DPDK): batches of
+//!   pool buffers, which the network function may keep or allocate.
+//!
+//! ## Example: forward everything from queue 0 back out of queue 0
+//!
+//! ```no_run
+//! use nfkit_ixgbe::{Agent, AgentConfig, Device, DeviceConfig};
+//! use nfkit_hw::{Clock, DmaAllocator, PciFunction, SystemClock};
+//! use std::sync::Arc;
+//!
+//! fn forward<P: PciFunction>(pci: &P, dma: Arc<dyn DmaAllocator>) -> Result<(), nfkit_ixgbe::InitError>
+//! where
+//!     P::Bar: 'static,
+//! {
+//!     let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
+//!     let dev = Device::init(pci, dma, clock, DeviceConfig::default())?;
+//!     let mut agent = Agent::new(&dev, 0, &[(&dev, 0)], &AgentConfig::default())?;
+//!     // the handler sees each frame in place and says how much to send
+//!     let mut handler = |frame: &mut [u8], len: usize, out: &mut [u16]| {
+//!         frame[0..6].copy_from_slice(&[0xff; 6]);
+//!         out[0] = len as u16;
+//!     };
+//!     loop {
+//!         agent.run_once(&mut handler);
+//!     }
+//! }
+//! ```
+//!
+//! The queue model with a pool (buffers of 4096 bytes, see
+//! [`MIN_RX_DATA_ROOM`]):
+//!
+//! ```no_run
+//! # use nfkit_ixgbe::Device;
+//! # use nfkit_hw::{Bar, Batch, Mempool};
+//! # fn f<B: Bar + 'static>(dev: &Device<B>, pool: &Mempool) -> Result<(), nfkit_ixgbe::InitError> {
+//! let mut rx = dev.rx_queue(0, pool, 512)?;
+//! let mut tx = dev.tx_queue(0, pool, 512)?;
+//! let mut batch = Batch::new();
+//! loop {
+//!     rx.rx_batch(&mut batch);
+//!     tx.tx_batch(&mut batch);
+//!     batch.clear(); // drop what the ring had no room for
+//! }
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod agent;
+mod desc;
+mod device;
+mod error;
+mod init;
+mod pci;
+mod queue;
+mod queue_setup;
+pub mod regs;
+mod rss;
+
+pub use agent::{
+    run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE, FLUSH_PERIOD,
+    MAX_OUTPUTS, RECYCLE_PERIOD,
+};
+pub use device::{Device, DeviceConfig, DeviceStats, Link};
+pub use error::{InitError, Step};
+pub use init::InitReport;
+pub use pci::{DEVICE_IDS_82599, VENDOR_INTEL};
+pub use queue::{QueueCounters, RxQueue, TxQueue, MIN_RX_DATA_ROOM, TX_CLEAN_BATCH};
+pub use rss::RSS_MAX_QUEUES;
