@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// What the forwarding thread hands back: its result and the ports.
+type FwdOutcome = (Result<FwdReport, nfkit_port::PortError>, [Box<dyn Port>; 2]);
+
 /// The forwarding loop in a thread, stopped and joined on `finish`.
 pub struct Forwarder {
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<(Result<FwdReport, nfkit_port::PortError>, [Box<dyn Port>; 2])>>,
+    handle: Option<JoinHandle<FwdOutcome>>,
 }
 
 impl Forwarder {
