@@ -1,0 +1,213 @@
+//! PCI side of the model: configuration space (PCI 3.0 §6.1, 82599
+//! datasheet §9.3) and BAR0.
+
+use crate::device::Device;
+use crate::regfile::BAR0_LEN;
+use nfkit_hw::pci::config::*;
+use nfkit_hw::{Bar, HwError, PciAddress, PciFunction};
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Offsets of our capability list (§9.3.7 PM at 0x40, §9.3.10 PCIe at 0xA0).
+const PM_CAP: usize = 0x40;
+const PCIE_CAP: usize = 0xA0;
+/// PCIe Device Status (capability + 0x0A): bit 5 Transaction Pending.
+pub const PCIE_DEVICE_STATUS: u16 = (PCIE_CAP + 0x0A) as u16;
+/// PMCSR (PM capability + 4): bits 1:0 power state, 00 = D0.
+pub const PMCSR: u16 = (PM_CAP + 4) as u16;
+
+/// BAR0 size: 128 KB registers (+ flash, not modelled), §8.1.
+const BAR0_SIZE: u32 = BAR0_LEN as u32;
+
+/// The writable parts of configuration space.
+#[derive(Debug)]
+pub(crate) struct Config {
+    bytes: [u8; 256],
+}
+
+impl Config {
+    fn new(device_id: u16) -> Config {
+        let mut b = [0u8; 256];
+        let put16 =
+            |b: &mut [u8; 256], o: usize, v: u16| b[o..o + 2].copy_from_slice(&v.to_le_bytes());
+        let put32 =
+            |b: &mut [u8; 256], o: usize, v: u32| b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+        put16(&mut b, 0x00, 0x8086);
+        put16(&mut b, 0x02, device_id);
+        put16(&mut b, 0x04, COMMAND_MEMORY);
+        put16(&mut b, 0x06, STATUS_CAP_LIST);
+        // revision 1, class 02 (network) / 00 (Ethernet) / 00
+        put32(&mut b, 0x08, 0x0200_0001);
+        // BAR0: 64-bit (bits 2:1 = 10b), non-prefetchable memory (§9.3.6.1)
+        put32(&mut b, 0x10, 0xF000_0004);
+        put32(&mut b, 0x14, 0x0000_0000);
+        b[0x34] = PM_CAP as u8;
+        b[0x3D] = 1; // INTA
+                     // PM capability: ID, next, PMC (version 1.2), PMCSR = D0
+        b[PM_CAP] = CAP_ID_PM;
+        b[PM_CAP + 1] = PCIE_CAP as u8;
+        put16(&mut b, PM_CAP + 2, 0x0003);
+        put16(&mut b, PM_CAP + 4, 0x0000);
+        // PCIe capability (version 2, endpoint); Device Status = 0
+        b[PCIE_CAP] = CAP_ID_PCIE;
+        b[PCIE_CAP + 1] = 0;
+        put16(&mut b, PCIE_CAP + 2, 0x0002);
+        Config { bytes: b }
+    }
+}
+
+/// The simulated PCI function of one port.
+#[derive(Clone)]
+pub struct SimPci {
+    dev: Arc<Device>,
+    config: Arc<Mutex<Config>>,
+}
+
+impl std::fmt::Debug for SimPci {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimPci")
+            .field("address", &self.address())
+            .finish()
+    }
+}
+
+impl SimPci {
+    pub(crate) fn new(dev: Arc<Device>) -> SimPci {
+        let config = dev.pci.config.clone();
+        SimPci { dev, config }
+    }
+}
+
+/// The config-space bytes of a device, created with it (shared by every
+/// `SimPci` handle of the port).
+pub(crate) fn new_config(device_id: u16) -> Arc<Mutex<ConfigSpace>> {
+    Arc::new(Mutex::new(Config::new(device_id)))
+}
+
+pub(crate) type ConfigSpace = Config;
+
+impl PciFunction for SimPci {
+    type Bar = SimBar;
+
+    fn address(&self) -> PciAddress {
+        PciAddress {
+            domain: 0,
+            bus: 0x5E,
+            device: 0,
+            function: self.dev.cfg.function,
+        }
+    }
+
+    fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), HwError> {
+        let o = offset as usize;
+        let end = o
+            .checked_add(buf.len())
+            .filter(|e| *e <= 256)
+            .ok_or_else(|| {
+                HwError::Invalid(format!(
+                    "config read of {} bytes at {offset:#x} is outside the 256-byte config space",
+                    buf.len()
+                ))
+            })?;
+        buf.copy_from_slice(&self.config.lock().bytes[o..end]);
+        Ok(())
+    }
+
+    fn config_write(&self, offset: u16, bytes: &[u8]) -> Result<(), HwError> {
+        let o = offset as usize;
+        o.checked_add(bytes.len())
+            .filter(|e| *e <= 256)
+            .ok_or_else(|| {
+                HwError::Invalid(format!(
+                    "config write of {} bytes at {offset:#x} is outside the 256-byte config space",
+                    bytes.len()
+                ))
+            })?;
+        let mut c = self.config.lock();
+        for (i, &b) in bytes.iter().enumerate() {
+            let at = o + i;
+            match at {
+                // COMMAND: I/O, memory, bus master, ..., INTx disable (bits 10:0)
+                0x04 => c.bytes[at] = b & 0x47,
+                0x05 => c.bytes[at] = b & 0x05,
+                // BAR0 low: sizing writes read back the size mask
+                0x10..=0x13 => {
+                    let shift = (at - 0x10) * 8;
+                    let cur = u32::from_le_bytes(c.bytes[0x10..0x14].try_into().expect("4 bytes"));
+                    let mut v = (cur & !(0xFF << shift)) | (u32::from(b) << shift);
+                    v = (v & !(BAR0_SIZE - 1)) | 0x4;
+                    c.bytes[0x10..0x14].copy_from_slice(&v.to_le_bytes());
+                }
+                0x14..=0x17 => c.bytes[at] = b,
+                // PMCSR power state (bits 1:0) and PME status
+                x if x == PMCSR as usize => c.bytes[at] = b & 0x03,
+                _ => {
+                    self.dev.strict.record("9.3", || {
+                        format!("write to read-only config space byte {at:#x}")
+                    });
+                }
+            }
+        }
+        let command = u16::from_le_bytes([c.bytes[4], c.bytes[5]]);
+        self.dev.pci.command.store(command, Ordering::Release);
+        Ok(())
+    }
+
+    fn map_bar(&self, index: u8) -> Result<SimBar, HwError> {
+        if index != 0 {
+            return Err(HwError::Invalid(format!(
+                "the 82599 model has only memory BAR0 (asked for BAR{index})"
+            )));
+        }
+        Ok(SimBar {
+            dev: self.dev.clone(),
+        })
+    }
+}
+
+/// BAR0 of the model: register reads and writes with their side effects.
+#[derive(Clone)]
+pub struct SimBar {
+    dev: Arc<Device>,
+}
+
+impl std::fmt::Debug for SimBar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimBar").finish()
+    }
+}
+
+impl Bar for SimBar {
+    fn read32(&self, offset: usize) -> u32 {
+        if !self.memory_enabled() {
+            return u32::MAX;
+        }
+        self.dev.read(offset)
+    }
+
+    fn write32(&self, offset: usize, value: u32) {
+        if !self.memory_enabled() {
+            return;
+        }
+        self.dev.write(offset, value)
+    }
+
+    fn len(&self) -> usize {
+        BAR0_LEN
+    }
+}
+
+impl SimBar {
+    /// PCI COMMAND.MEM (§9.3.3.3): with memory decoding off, the BAR does
+    /// not answer (reads all-ones, like a master abort).
+    fn memory_enabled(&self) -> bool {
+        let on = self.dev.pci.command.load(Ordering::Relaxed) & COMMAND_MEMORY != 0;
+        if !on {
+            self.dev.strict.record("9.3.3.3", || {
+                "BAR0 accessed with PCI COMMAND.Memory Access Enable clear".into()
+            });
+        }
+        on
+    }
+}
