@@ -33,12 +33,19 @@ pub struct ControlQueue {
 
 impl std::fmt::Debug for ControlQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlQueue").field("index", &self.index).finish()
+        f.debug_struct("ControlQueue")
+            .field("index", &self.index)
+            .finish()
     }
 }
 
 impl ControlQueue {
-    pub(crate) fn new(dma: &dyn DmaAllocator, kind: LayoutKind, size: u16, index: u16) -> Result<Self, VirtioError> {
+    pub(crate) fn new(
+        dma: &dyn DmaAllocator,
+        kind: LayoutKind,
+        size: u16,
+        index: u16,
+    ) -> Result<Self, VirtioError> {
         // Commands are synchronous: a handful of descriptors is plenty.
         let vq = Virtqueue::new(dma, kind, size.min(16), false)?;
         let buf = dma.allocate(4096, true)?;
@@ -64,14 +71,21 @@ impl ControlQueue {
         }
         let hdr = self.buf.slice_mut(HDR, 2).ok_or(fail("buffer"))?;
         hdr.copy_from_slice(&[class, cmd]);
-        self.buf.slice_mut(DATA, data.len()).ok_or(fail("buffer"))?.copy_from_slice(data);
+        self.buf
+            .slice_mut(DATA, data.len())
+            .ok_or(fail("buffer"))?
+            .copy_from_slice(data);
         self.buf.slice_mut(ACK, 1).ok_or(fail("buffer"))?[0] = 0xff;
         let seg = |off: usize, len: usize, device_writes| Segment {
             addr: self.buf.device_addr_at(off),
             len: len as u32,
             device_writes,
         };
-        let chain = [seg(HDR, 2, false), seg(DATA, data.len(), false), seg(ACK, 1, true)];
+        let chain = [
+            seg(HDR, 2, false),
+            seg(DATA, data.len(), false),
+            seg(ACK, 1, true),
+        ];
         self.vq.add(&chain).ok_or(fail("control queue full"))?;
         self.vq.publish();
         // Always notify: the device may process the control queue only
@@ -103,12 +117,34 @@ impl ControlQueue {
     }
 
     /// §5.1.6.5.1: receive every packet whatever its destination MAC.
-    pub fn set_promiscuous(&mut self, notify: &dyn Notify, clock: &dyn Clock, on: bool) -> Result<(), VirtioError> {
-        self.command(notify, clock, spec::CTRL_RX, spec::CTRL_RX_PROMISC, &[on as u8])
+    pub fn set_promiscuous(
+        &mut self,
+        notify: &dyn Notify,
+        clock: &dyn Clock,
+        on: bool,
+    ) -> Result<(), VirtioError> {
+        self.command(
+            notify,
+            clock,
+            spec::CTRL_RX,
+            spec::CTRL_RX_PROMISC,
+            &[on as u8],
+        )
     }
 
     /// §5.1.6.5.5: use `pairs` queue pairs (VQ_PAIRS_SET, le16).
-    pub fn set_queue_pairs(&mut self, notify: &dyn Notify, clock: &dyn Clock, pairs: u16) -> Result<(), VirtioError> {
-        self.command(notify, clock, spec::CTRL_MQ, spec::CTRL_MQ_VQ_PAIRS_SET, &pairs.to_le_bytes())
+    pub fn set_queue_pairs(
+        &mut self,
+        notify: &dyn Notify,
+        clock: &dyn Clock,
+        pairs: u16,
+    ) -> Result<(), VirtioError> {
+        self.command(
+            notify,
+            clock,
+            spec::CTRL_MQ,
+            spec::CTRL_MQ_VQ_PAIRS_SET,
+            &pairs.to_le_bytes(),
+        )
     }
 }

@@ -11,7 +11,11 @@ pub enum VirtioError {
     #[error(transparent)]
     Queue(#[from] QueueError),
     #[error("PCI function {addr} is {vendor:04x}:{device:04x}, not a VirtIO network device (1af4:1000 legacy or 1af4:1041 modern)")]
-    NotVirtioNet { addr: String, vendor: u16, device: u16 },
+    NotVirtioNet {
+        addr: String,
+        vendor: u16,
+        device: u16,
+    },
     #[error("PCI function {addr}: no device there (config space reads all-ones): is the address right and the device not hot-unplugged?")]
     NoDevice { addr: String },
     #[error("the device did not finish {step} within {timeout_ms} ms (VirtIO 1.2 §3.1.1)")]
@@ -27,7 +31,11 @@ pub enum VirtioError {
     #[error("modern VirtIO PCI capability `{0}` is missing or malformed (§4.1.4)")]
     Capability(&'static str),
     #[error("control queue command class {class} cmd {cmd}: {why}")]
-    Control { class: u8, cmd: u8, why: &'static str },
+    Control {
+        class: u8,
+        cmd: u8,
+        why: &'static str,
+    },
     #[error("vhost-user: {0}")]
     VhostUser(String),
     #[error("invalid configuration: {0}")]

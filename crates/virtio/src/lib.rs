@@ -22,10 +22,11 @@ pub mod net;
 pub mod pci;
 pub mod shm;
 pub mod spec;
+pub mod vhost_user;
 pub mod virtqueue;
 
-pub use shm::MemfdArena;
-pub use virtqueue::{LayoutKind, QueueError, RingLayout, Segment, Used, UsedError, Virtqueue};
 pub use error::VirtioError;
 pub use net::{NetDevice, Notify};
 pub use pci::{LegacyTransport, ModernTransport, NetConfig, PciNet, PciTransport};
+pub use shm::MemfdArena;
+pub use virtqueue::{LayoutKind, QueueError, RingLayout, Segment, Used, UsedError, Virtqueue};

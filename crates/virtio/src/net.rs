@@ -93,7 +93,9 @@ impl RxQueue {
                 len: (pool.data_room() + hdr_len) as u32,
                 device_writes: true,
             };
-            let Some(head) = self.vq.add(&[seg]) else { break };
+            let Some(head) = self.vq.add(&[seg]) else {
+                break;
+            };
             self.slots[head as usize] = Some(buf);
         }
         self.vq.publish()

@@ -298,12 +298,12 @@ impl Virtqueue {
         }
         // Descriptors and ring entries before the index (§2.7.13.3.1).
         fence(Ordering::Release);
+        let old = self.published;
+        self.published = self.next_avail;
         self.write_avail_header();
         // The index store before the read of the device's suppression
         // state, or both sides could decide no notification is needed.
         fence(Ordering::SeqCst);
-        let old = self.published;
-        self.published = self.next_avail;
         if self.event_idx {
             let event = self.read_u16(self.layout.avail_event());
             need_event(event, self.next_avail, old)

@@ -87,14 +87,27 @@ pub fn check_device(pci: &impl PciFunction) -> Result<u16, VirtioError> {
     if vendor == 0xffff {
         return Err(VirtioError::NoDevice { addr });
     }
-    if vendor != spec::PCI_VENDOR_ID || !matches!(device, spec::PCI_DEVICE_ID_LEGACY | spec::PCI_DEVICE_ID_MODERN) {
-        return Err(VirtioError::NotVirtioNet { addr, vendor, device });
+    if vendor != spec::PCI_VENDOR_ID
+        || !matches!(
+            device,
+            spec::PCI_DEVICE_ID_LEGACY | spec::PCI_DEVICE_ID_MODERN
+        )
+    {
+        return Err(VirtioError::NotVirtioNet {
+            addr,
+            vendor,
+            device,
+        });
     }
     Ok(device)
 }
 
 /// Features this driver can use, given what the device offers.
-fn wanted_features(t: &impl PciTransport, offered: u64, cfg: &NetConfig) -> Result<u64, VirtioError> {
+fn wanted_features(
+    t: &impl PciTransport,
+    offered: u64,
+    cfg: &NetConfig,
+) -> Result<u64, VirtioError> {
     let mut want = feature::NET_F_MAC
         | feature::NET_F_STATUS
         | feature::NET_F_CTRL_VQ
@@ -133,7 +146,9 @@ impl<T: PciTransport> PciNet<T> {
     ) -> Result<Self, VirtioError> {
         // 1. Reset, and wait until the device says it is reset.
         t.set_status(status::RESET)?;
-        wait(&*clock, cfg.timeout, "reset", || Ok(t.status()? == status::RESET))?;
+        wait(&*clock, cfg.timeout, "reset", || {
+            Ok(t.status()? == status::RESET)
+        })?;
         // 2-3. We noticed it, and we can drive it.
         t.set_status(status::ACKNOWLEDGE)?;
         t.set_status(status::ACKNOWLEDGE | status::DRIVER)?;
@@ -177,7 +192,12 @@ impl<T: PciTransport> PciNet<T> {
             0 => rx.iter().map(|q| q.vq.size() as usize * 2).sum::<usize>() + 512,
             n => n,
         };
-        let pool = Mempool::new(dma, &format!("{}-rx", cfg.name), pool_size, nfkit_hw::pool::DEFAULT_BUF_SIZE)?;
+        let pool = Mempool::new(
+            dma,
+            &format!("{}-rx", cfg.name),
+            pool_size,
+            nfkit_hw::pool::DEFAULT_BUF_SIZE,
+        )?;
         let hdr_len = if features & feature::F_VERSION_1 != 0 {
             spec::HDR_LEN_MODERN
         } else {

@@ -82,7 +82,10 @@ pub struct ModernTransport<R: IoBar> {
 impl<R: IoBar> ModernTransport<R> {
     /// Find the capabilities of `pci` and open the BARs they name with
     /// `open_bar` (each BAR at most once).
-    pub fn open(pci: &impl PciFunction, mut open_bar: impl FnMut(u8) -> Result<R, HwError>) -> Result<Self, VirtioError> {
+    pub fn open(
+        pci: &impl PciFunction,
+        mut open_bar: impl FnMut(u8) -> Result<R, HwError>,
+    ) -> Result<Self, VirtioError> {
         let mut bars: [Option<Arc<R>>; 6] = Default::default();
         let mut found: [Option<(u8, u64, u32, u16)>; 5] = [None; 5];
         for at in vendor_caps(pci)? {
@@ -95,21 +98,27 @@ impl<R: IoBar> ModernTransport<R> {
                 found[ty as usize] = Some((bar, offset, len, at));
             }
         }
-        let mut window = |ty: u8, name: &'static str, min_len: u32| -> Result<Window<R>, VirtioError> {
-            let (bar, offset, len, _) = found[ty as usize].ok_or(VirtioError::Capability(name))?;
-            if len < min_len {
-                return Err(VirtioError::Capability(name));
-            }
-            let b = match &bars[bar as usize] {
-                Some(b) => b.clone(),
-                None => {
-                    let b = Arc::new(open_bar(bar)?);
-                    bars[bar as usize] = Some(b.clone());
-                    b
+        let mut window =
+            |ty: u8, name: &'static str, min_len: u32| -> Result<Window<R>, VirtioError> {
+                let (bar, offset, len, _) =
+                    found[ty as usize].ok_or(VirtioError::Capability(name))?;
+                if len < min_len {
+                    return Err(VirtioError::Capability(name));
                 }
+                let b = match &bars[bar as usize] {
+                    Some(b) => b.clone(),
+                    None => {
+                        let b = Arc::new(open_bar(bar)?);
+                        bars[bar as usize] = Some(b.clone());
+                        b
+                    }
+                };
+                Ok(Window {
+                    bar: b,
+                    offset,
+                    len,
+                })
             };
-            Ok(Window { bar: b, offset, len })
-        };
         let common = window(cap::COMMON_CFG, "common configuration", common::LEN)?;
         let notify = window(cap::NOTIFY_CFG, "notifications", 2)?;
         let device = window(cap::DEVICE_CFG, "device configuration", 6)?;
@@ -233,10 +242,15 @@ impl<R: IoBar> PciTransport for ModernTransport<R> {
     }
     fn read_config(&self, offset: usize, buf: &mut [u8]) -> Result<(), HwError> {
         if offset + buf.len() > self.device.len as usize {
-            return Err(HwError::Invalid("read past the device configuration".into()));
+            return Err(HwError::Invalid(
+                "read past the device configuration".into(),
+            ));
         }
         for (i, b) in buf.iter_mut().enumerate() {
-            *b = self.device.bar.read8(self.device.offset + (offset + i) as u64)?;
+            *b = self
+                .device
+                .bar
+                .read8(self.device.offset + (offset + i) as u64)?;
         }
         Ok(())
     }

@@ -1,0 +1,174 @@
+//! Our vhost-user frontend against our vhost-user backend, in one
+//! process over a real Unix socket and shared memfd memory.
+
+use nfkit_hw::sim::SimDma;
+use nfkit_hw::{Batch, Mempool};
+use nfkit_port::Port;
+use nfkit_virtio::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn socket_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("nfkit-vu-{tag}-{}.sock", std::process::id()))
+}
+
+fn backend(tag: &str, pairs: u16) -> VhostUserBackend {
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "backend", 1024, 2048).unwrap();
+    let cfg = BackendConfig {
+        name: format!("vhost-user:{tag}"),
+        path: socket_path(tag),
+        queue_pairs: pairs,
+        mac: [2, 0, 0, 0, 0, 1],
+    };
+    VhostUserBackend::listen(cfg, pool).unwrap()
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn packet(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j) as u8).collect()
+}
+
+/// Send `count` packets from `from` queue `q` and check they arrive
+/// byte-exact at `to`.
+fn exchange(from: &mut dyn Port, to: &mut dyn Port, q: usize, count: usize) {
+    let mut batch = Batch::new();
+    for i in 0..count {
+        let mut b = from.pool().alloc().unwrap();
+        b.copy_from(&packet(i, 60 + i % 1400)).unwrap();
+        batch.push(b);
+    }
+    let mut sent = 0;
+    let start = Instant::now();
+    while !batch.is_empty() {
+        sent += from.tx_batch(q, &mut batch);
+        assert!(start.elapsed() < Duration::from_secs(5), "could not send");
+    }
+    assert_eq!(sent, count);
+    let mut got = Vec::new();
+    let mut rx = Batch::new();
+    wait_for("packets", || {
+        to.rx_batch(q, &mut rx);
+        got.extend(rx.drain().map(|p| p.data().to_vec()));
+        // the sender reclaims its transmitted buffers on its next call
+        from.tx_batch(q, &mut Batch::new());
+        got.len() >= count
+    });
+    for (i, p) in got.iter().enumerate() {
+        assert_eq!(p, &packet(i, 60 + i % 1400), "packet {i} differs");
+    }
+}
+
+#[test]
+fn frontend_and_backend_exchange_packets_byte_exact_and_survive_reconnects() {
+    let mut be = backend("pair", 2);
+    let cfg = FrontendConfig {
+        queue_pairs: 2,
+        ..FrontendConfig::default()
+    };
+    for round in 0..2 {
+        let mut fe = vhost_user::connect(&socket_path("pair"), &cfg).unwrap();
+        wait_for("rings", || be.ready(0) && be.ready(1));
+        for q in 0..2 {
+            exchange(&mut fe, &mut be, q, 64);
+            exchange(&mut be, &mut fe, q, 64);
+        }
+        assert_eq!(fe.stats().tx_packets, 128, "round {round}");
+        drop(fe);
+        wait_for("disconnect", || !be.connected());
+    }
+    assert_eq!(be.stats().rx_packets, 256);
+    assert_eq!(be.stats().rx_errors + be.stats().tx_errors, 0);
+}
+
+#[test]
+fn malformed_messages_drop_the_frontend_not_the_port() {
+    let mut be = backend("garbage", 1);
+    // A header announcing a 1 MiB body, then junk.
+    let mut s = std::os::unix::net::UnixStream::connect(socket_path("garbage")).unwrap();
+    let mut msg = Vec::new();
+    msg.extend_from_slice(&9999u32.to_le_bytes());
+    msg.extend_from_slice(&1u32.to_le_bytes());
+    msg.extend_from_slice(&(1u32 << 20).to_le_bytes());
+    msg.extend_from_slice(&[0xAB; 64]);
+    let _ = s.write_all(&msg);
+    wait_for("the backend to drop the bad frontend", || {
+        be.counters()
+            .protocol_errors
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+            && !be.connected()
+    });
+    drop(s);
+    // A well-behaved frontend still works.
+    let mut fe = vhost_user::connect(&socket_path("garbage"), &FrontendConfig::default()).unwrap();
+    wait_for("rings", || be.ready(0));
+    exchange(&mut fe, &mut be, 0, 10);
+}
+
+#[test]
+fn memory_tables_and_rings_outside_the_shared_memory_are_refused() {
+    use nfkit_virtio::MemfdArena;
+    use std::os::fd::AsRawFd;
+    use vhost::vhost_user::message::VhostUserProtocolFeatures;
+    use vhost::vhost_user::{Frontend, VhostUserFrontend};
+    use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
+
+    let be = backend("hostile", 1);
+    let mut fe = Frontend::connect(socket_path("hostile"), 2).unwrap();
+    fe.set_owner().unwrap();
+    let features = fe.get_features().unwrap();
+    fe.set_features(features).unwrap();
+    let pf = fe.get_protocol_features().unwrap();
+    assert!(pf.contains(VhostUserProtocolFeatures::REPLY_ACK));
+    fe.set_protocol_features(VhostUserProtocolFeatures::REPLY_ACK)
+        .unwrap();
+    // Ask for an ack of every request, so refusals come back as errors.
+    fe.set_hdr_flags(vhost::vhost_user::message::VhostUserHeaderFlag::NEED_REPLY);
+    let arena = MemfdArena::new("hostile", 64 * 1024).unwrap();
+    let region = |size: u64, offset: u64| VhostUserMemoryRegionInfo {
+        guest_phys_addr: 0x1000_0000,
+        memory_size: size,
+        userspace_addr: arena.base_addr(),
+        mmap_offset: offset,
+        mmap_handle: arena.file().as_raw_fd(),
+    };
+    // Larger than the file behind it: touching it would SIGBUS.
+    assert!(fe.set_mem_table(&[region(1 << 30, 0)]).is_err());
+    assert!(fe.set_mem_table(&[region(0, 0)]).is_err());
+    // A sane table, then rings outside it.
+    fe.set_mem_table(&[region(64 * 1024, 0)]).unwrap();
+    fe.set_vring_num(0, 256).unwrap();
+    assert!(fe.set_vring_num(0, 100).is_err(), "not a power of two");
+    let outside = VringConfigData {
+        queue_max_size: 256,
+        queue_size: 256,
+        flags: 0,
+        desc_table_addr: arena.base_addr() + (1 << 20),
+        used_ring_addr: arena.base_addr(),
+        avail_ring_addr: arena.base_addr(),
+        log_addr: None,
+    };
+    assert!(fe.set_vring_addr(0, &outside).is_err());
+    assert!(fe.set_vring_addr(7, &outside).is_err(), "no ring 7");
+    let refused = be
+        .counters()
+        .refused
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(refused >= 3, "refused {refused}");
+    // A region whose end overflows is malformed at the protocol level:
+    // refused, and the frontend is dropped.
+    assert!(fe.set_mem_table(&[region(4096, u64::MAX - 100)]).is_err());
+    wait_for("the backend to drop the frontend", || !be.connected());
+}
