@@ -1,6 +1,9 @@
 //! DMA memory without an IOMMU: 2 MiB hugepages whose physical addresses
 //! come from the pagemap.
 //!
+//! The pages are anonymous `MAP_HUGETLB` memory, so no hugetlbfs mount is
+//! needed, only reserved pages ([`super::Hugepages`]).
+//!
 //! A hugepage is physically contiguous, so one pagemap lookup per 2 MiB
 //! gives the device address of every byte in it. Hugetlb pages are never
 //! swapped out and the mapping is populated and `mlock`ed, so the

@@ -38,6 +38,8 @@ pub struct VfioDevice {
     addr: PciAddress,
     file: File,
     config: RegionInfo,
+    /// `VFIO_DEVICE_FLAGS_*` from DEVICE_GET_INFO.
+    flags: u32,
     _group: Arc<File>,
     _container: VfioContainer,
 }
@@ -75,6 +77,7 @@ impl VfioDevice {
             addr,
             file,
             config,
+            flags: info.flags,
             _group: group,
             _container: container,
         })
@@ -91,8 +94,15 @@ impl VfioDevice {
         enable_bus_master(self)
     }
 
-    /// Function-level reset, if the device supports one.
+    /// Reset the function (FLR or another method vfio-pci found), if the
+    /// device supports one.
     pub fn reset(&self) -> Result<(), HwError> {
+        if self.flags & ioctl::VFIO_DEVICE_FLAGS_RESET == 0 {
+            return Err(HwError::Unsupported(format!(
+                "device {} offers VFIO no reset method",
+                self.addr
+            )));
+        }
         ioctl::with_value(&self.file, ioctl::DEVICE_RESET, 0)
             .map(drop)
             .map_err(|e| HwError::Vfio(format!("device {}: reset: {e}", self.addr)))

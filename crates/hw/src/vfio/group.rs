@@ -68,7 +68,9 @@ pub(super) fn open(cfg: &VfioConfig, group: u32) -> Result<File, HwError> {
                 ),
                 _ if e.raw_os_error() == Some(libc::EBUSY) => {
                     format!(
-                        "{} is busy: another process has the IOMMU group open",
+                        "{} is busy: the IOMMU group is already open, by another process or by \
+                         another VfioContainer (or its devices and BARs) in this one: open all \
+                         devices through one container",
                         path.display()
                     )
                 }

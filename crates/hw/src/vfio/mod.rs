@@ -76,7 +76,8 @@ pub enum IovaMode {
     /// address width (QEMU's intel-iommu defaults to 39 bits in older
     /// versions: add `aw-bits=48`).
     VirtualAddress,
-    /// IOVAs handed out upwards from `base` (for IOMMUs with a narrower
-    /// address width). Freed ranges are not reused.
+    /// IOVAs handed out upwards from `base`, 2 MiB aligned (for IOMMUs
+    /// with a narrower address width). Freed ranges are not reused. On
+    /// x86 start above the MSI window at 0xfee00000, e.g. at `1 << 32`.
     Allocated { base: u64 },
 }
