@@ -20,12 +20,14 @@
 //! `packets_in == forwarded + dropped` ([`NfStats`]).
 #![forbid(unsafe_code)]
 
+mod bridge;
 pub mod config;
 mod nat;
 mod rewrite;
 pub mod table;
 mod verdict;
 
+pub use bridge::{Bridge, BridgeConfig, MacEntry, StaticEntry};
 pub use config::{ConfigError, Ipv4Prefix, PortRange};
 pub use nat::{Mapping, Nat, NatConfig};
 pub use verdict::{DropReason, NetworkFunction, NfStats, PortId, PortSet, Verdict};
