@@ -370,7 +370,7 @@ impl PktBuf {
         self.len = 0;
     }
 
-    /// Set length after a device wrote `len` bytes at [`rx_device_addr`].
+    /// Set length after a device wrote `len` bytes at [`Self::rx_device_addr`].
     #[inline(always)]
     pub fn set_received(&mut self, len: usize) {
         self.offset = HEADROOM as u16;
