@@ -5,3 +5,8 @@ pub mod counters;
 pub mod metadata;
 pub mod module;
 pub mod sched;
+pub mod graph;
+mod runtime;
+pub mod pipeline;
+pub mod args;
+pub mod modules;

@@ -120,6 +120,14 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The pending batch of output gate `gate`, to fill in place (a port
+    /// receiving straight into it). Whatever is in it leaves the gate
+    /// when the module returns.
+    #[inline]
+    pub fn output(&mut self, gate: usize) -> Option<&mut Batch> {
+        self.outs.get_mut(gate)
+    }
+
     /// Drop a packet, counted as the module's drop.
     #[inline]
     pub fn drop_packet(&mut self, pkt: PktBuf) {

@@ -19,7 +19,7 @@ pub use clock::{RealClock, SchedClock};
 pub use priority::Priority;
 pub use rate_limit::RateLimit;
 pub use round_robin::RoundRobin;
-pub use tree::{Scheduler, SchedStats, TcId, TcStats, TcTree};
+pub use tree::{SchedCounters, SchedStats, Scheduler, TcCounters, TcId, TcStats, TcTree};
 pub use weighted_fair::WeightedFair;
 
 use std::fmt;

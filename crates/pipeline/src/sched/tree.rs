@@ -295,6 +295,11 @@ impl TcTree {
             .collect()
     }
 
+    /// Make class `id` count into `counters` (kept across commits).
+    pub fn set_counters(&mut self, id: TcId, counters: Arc<TcCounters>) {
+        self.classes[id].counters = counters;
+    }
+
     /// The shared counters of class `id`.
     pub fn counters(&self, id: TcId) -> Arc<TcCounters> {
         self.classes[id].counters.clone()

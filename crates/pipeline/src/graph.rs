@@ -1,0 +1,518 @@
+//! The pipeline graph as the control side holds it: modules by name,
+//! connections between gates, workers, traffic classes and task
+//! attachments. [`Graph::commit`] checks it, places metadata and splits
+//! it into one [`Runtime`](crate::runtime::Runtime) and one class tree
+//! per worker.
+
+use crate::counters::{GateCounters, ModuleCounters};
+use crate::metadata::{assign_offsets, Attr, AttrSpec, MetaNode, MetadataError};
+use crate::module::{Module, MAX_GATES};
+use crate::runtime::{Runtime, Slot};
+use crate::sched::TcCounters;
+use crate::sched::{Placement, PolicySpec, TcError, TcStats, TcTree};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Index of a module in its graph.
+pub type ModuleId = usize;
+
+/// Name of the implicit round-robin root class of every worker.
+pub const ROOT_TC: &str = "root";
+
+/// Errors in the graph's shape.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("module `{0}` already exists")]
+    DuplicateModule(String),
+    #[error("no module named `{0}`")]
+    NoModule(String),
+    #[error("module `{module}` ({class}) has {have} {dir} gate(s); gate {gate} does not exist")]
+    NoGate {
+        module: String,
+        class: &'static str,
+        dir: &'static str,
+        gate: usize,
+        have: usize,
+    },
+    #[error("output gate {gate} of `{module}` is already connected to `{to}`")]
+    GateBusy { module: String, gate: usize, to: String },
+    #[error("worker `{0}` already exists")]
+    DuplicateWorker(String),
+    #[error("no worker named `{0}`")]
+    NoWorker(String),
+    #[error("no traffic class named `{class}` on worker `{worker}`")]
+    NoTc { class: String, worker: String },
+    #[error("module `{0}` has no task to attach (only PortInc, QueueInc, Source, Queue and other producers do)")]
+    NotATask(String),
+    #[error("module `{module}` gets packets from tasks on workers `{a}` and `{b}`; give each worker its own copy (duplication) or put a Queue between them (chaining)")]
+    TwoWorkers { module: String, a: String, b: String },
+    #[error("module `{module}` ({class}) receives packets on worker `{input}` but its task is attached to worker `{task}`, and it cannot span two workers (use a Queue)")]
+    CannotSplit {
+        module: String,
+        class: &'static str,
+        input: String,
+        task: String,
+    },
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error(transparent)]
+    Tc(#[from] TcError),
+}
+
+pub(crate) struct Node {
+    pub name: String,
+    pub class: &'static str,
+    /// `None` while a worker holds it.
+    pub module: Option<Box<dyn Module>>,
+    pub attrs: Vec<AttrSpec>,
+    pub is_task: bool,
+    pub ogates: Vec<Option<(ModuleId, usize)>>,
+    pub counters: Arc<ModuleCounters>,
+    pub igate_counters: Vec<Arc<GateCounters>>,
+    pub ogate_counters: Vec<Arc<GateCounters>>,
+}
+
+pub(crate) struct WorkerSpec {
+    pub name: String,
+    pub core: Option<usize>,
+    pub root: Arc<TcCounters>,
+}
+
+pub(crate) struct TcSpec {
+    pub name: String,
+    pub worker: usize,
+    pub parent: String,
+    pub policy: PolicySpec,
+    pub placement: Placement,
+    pub counters: Arc<TcCounters>,
+}
+
+pub(crate) struct Attachment {
+    pub module: ModuleId,
+    pub worker: usize,
+    pub parent: String,
+    pub placement: Placement,
+    pub counters: Arc<TcCounters>,
+}
+
+/// The pipeline's modules, connections, workers and class trees.
+#[derive(Default)]
+pub struct Graph {
+    pub(crate) nodes: Vec<Option<Node>>,
+    names: HashMap<String, ModuleId>,
+    pub(crate) workers: Vec<WorkerSpec>,
+    pub(crate) tcs: Vec<TcSpec>,
+    pub(crate) attachments: Vec<Attachment>,
+}
+
+/// What one worker runs after a commit.
+pub(crate) struct WorkerPlan {
+    pub runtime: Runtime,
+    pub tree: TcTree,
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// Add a module under a unique name.
+    pub fn add_module(&mut self, name: &str, module: Box<dyn Module>) -> Result<ModuleId, GraphError> {
+        if self.names.contains_key(name) {
+            return Err(GraphError::DuplicateModule(name.into()));
+        }
+        let id = self.nodes.len();
+        let igates = module.igates().min(MAX_GATES);
+        let ogates = module.ogates().min(MAX_GATES);
+        self.nodes.push(Some(Node {
+            name: name.into(),
+            class: module.class(),
+            attrs: module.attrs(),
+            is_task: module.is_task(),
+            module: Some(module),
+            ogates: vec![None; ogates],
+            counters: Arc::default(),
+            igate_counters: (0..igates).map(|_| Arc::default()).collect(),
+            ogate_counters: (0..ogates).map(|_| Arc::default()).collect(),
+        }));
+        self.names.insert(name.into(), id);
+        Ok(id)
+    }
+
+    /// Remove a module and every connection to or from it.
+    pub fn remove_module(&mut self, name: &str) -> Result<Box<dyn Module>, GraphError> {
+        let id = self.id(name)?;
+        for n in self.nodes.iter_mut().flatten() {
+            for g in n.ogates.iter_mut() {
+                if matches!(g, Some((to, _)) if *to == id) {
+                    *g = None;
+                }
+            }
+        }
+        self.attachments.retain(|a| a.module != id);
+        self.names.remove(name);
+        let node = self.nodes[id].take().ok_or_else(|| GraphError::NoModule(name.into()))?;
+        node.module.ok_or_else(|| GraphError::NoModule(name.into()))
+    }
+
+    pub fn id(&self, name: &str) -> Result<ModuleId, GraphError> {
+        self.names.get(name).copied().ok_or_else(|| GraphError::NoModule(name.into()))
+    }
+
+    pub(crate) fn node(&self, id: ModuleId) -> &Node {
+        self.nodes[id].as_ref().expect("live module id")
+    }
+
+    /// Names of all modules, in the order they were added.
+    pub fn module_names(&self) -> Vec<String> {
+        self.nodes.iter().flatten().map(|n| n.name.clone()).collect()
+    }
+
+    /// The module's class.
+    pub fn class_of(&self, name: &str) -> Result<&'static str, GraphError> {
+        Ok(self.node(self.id(name)?).class)
+    }
+
+    /// Connect output gate `ogate` of `from` to input gate `igate` of `to`.
+    pub fn connect(&mut self, from: &str, ogate: usize, to: &str, igate: usize) -> Result<(), GraphError> {
+        let (f, t) = (self.id(from)?, self.id(to)?);
+        let tn = self.node(t);
+        if igate >= tn.igate_counters.len() {
+            return Err(GraphError::NoGate {
+                module: to.into(),
+                class: tn.class,
+                dir: "input",
+                gate: igate,
+                have: tn.igate_counters.len(),
+            });
+        }
+        let names: Vec<String> = self.nodes.iter().map(|n| n.as_ref().map(|n| n.name.clone()).unwrap_or_default()).collect();
+        let fnode = self.nodes[f].as_mut().expect("live module id");
+        match fnode.ogates.get_mut(ogate) {
+            None => Err(GraphError::NoGate {
+                module: from.into(),
+                class: fnode.class,
+                dir: "output",
+                gate: ogate,
+                have: fnode.ogates.len(),
+            }),
+            Some(Some((other, _))) => Err(GraphError::GateBusy {
+                module: from.into(),
+                gate: ogate,
+                to: names[*other].clone(),
+            }),
+            Some(slot) => {
+                *slot = Some((t, igate));
+                Ok(())
+            }
+        }
+    }
+
+    /// Disconnect output gate `ogate` of `from`.
+    pub fn disconnect(&mut self, from: &str, ogate: usize) -> Result<(), GraphError> {
+        let f = self.id(from)?;
+        if let Some(g) = self.nodes[f].as_mut().and_then(|n| n.ogates.get_mut(ogate)) {
+            *g = None;
+        }
+        Ok(())
+    }
+
+    /// Where output gate `ogate` of `from` leads: (module, input gate).
+    pub fn target(&self, from: &str, ogate: usize) -> Result<Option<(String, usize)>, GraphError> {
+        let n = self.node(self.id(from)?);
+        Ok(n.ogates
+            .get(ogate)
+            .copied()
+            .flatten()
+            .map(|(t, ig)| (self.node(t).name.clone(), ig)))
+    }
+
+    /// Add a worker, optionally pinned to `core`. Returns its index.
+    pub fn add_worker(&mut self, name: &str, core: Option<usize>) -> Result<usize, GraphError> {
+        if self.workers.iter().any(|w| w.name == name) {
+            return Err(GraphError::DuplicateWorker(name.into()));
+        }
+        self.workers.push(WorkerSpec {
+            name: name.into(),
+            core,
+            root: Arc::default(),
+        });
+        Ok(self.workers.len() - 1)
+    }
+
+    pub fn worker_index(&self, name: &str) -> Result<usize, GraphError> {
+        self.workers
+            .iter()
+            .position(|w| w.name == name)
+            .ok_or_else(|| GraphError::NoWorker(name.into()))
+    }
+
+    fn ensure_worker(&mut self) {
+        if self.workers.is_empty() {
+            self.workers.push(WorkerSpec {
+                name: "w0".into(),
+                core: None,
+                root: Arc::default(),
+            });
+        }
+    }
+
+    fn check_parent(&self, worker: usize, parent: &str) -> Result<(), GraphError> {
+        if parent == ROOT_TC || self.tcs.iter().any(|t| t.worker == worker && t.name == parent) {
+            return Ok(());
+        }
+        Err(GraphError::NoTc {
+            class: parent.into(),
+            worker: self.workers[worker].name.clone(),
+        })
+    }
+
+    /// Add a traffic class under `parent` (a class of the same worker, or
+    /// [`ROOT_TC`]). `worker` defaults to the first worker.
+    pub fn add_tc(
+        &mut self,
+        name: &str,
+        worker: Option<&str>,
+        parent: &str,
+        policy: PolicySpec,
+        placement: Placement,
+    ) -> Result<(), GraphError> {
+        self.ensure_worker();
+        let w = worker.map(|w| self.worker_index(w)).transpose()?.unwrap_or(0);
+        self.check_parent(w, parent)?;
+        // Build a scratch tree to check the policy and placement now.
+        self.tcs.push(TcSpec {
+            name: name.into(),
+            worker: w,
+            parent: parent.into(),
+            policy,
+            placement,
+            counters: Arc::default(),
+        });
+        if let Err(e) = self.tree_for(w) {
+            self.tcs.pop();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The worker a traffic class belongs to.
+    pub fn tc_worker(&self, tc: &str) -> Option<usize> {
+        self.tcs.iter().find(|t| t.name == tc).map(|t| t.worker)
+    }
+
+    /// Attach `module`'s task under class `parent` (or [`ROOT_TC`]) of
+    /// `worker` (default: the class's worker, else the first worker).
+    pub fn attach(
+        &mut self,
+        module: &str,
+        worker: Option<&str>,
+        parent: &str,
+        placement: Placement,
+    ) -> Result<(), GraphError> {
+        self.ensure_worker();
+        let id = self.id(module)?;
+        if !self.node(id).is_task {
+            return Err(GraphError::NotATask(module.into()));
+        }
+        let w = match worker {
+            Some(w) => self.worker_index(w)?,
+            None => self.tc_worker(parent).unwrap_or(0),
+        };
+        self.check_parent(w, parent)?;
+        let old = self.attachments.iter().position(|a| a.module == id);
+        let counters = old.map(|i| self.attachments.remove(i).counters).unwrap_or_default();
+        self.attachments.push(Attachment {
+            module: id,
+            worker: w,
+            parent: parent.into(),
+            placement,
+            counters,
+        });
+        if let Err(e) = self.tree_for(w) {
+            self.attachments.pop();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The class tree of worker `w`; a leaf's task number is its
+    /// module's id.
+    fn tree_for(&self, w: usize) -> Result<TcTree, GraphError> {
+        let mut tree = TcTree::new(ROOT_TC, PolicySpec::RoundRobin);
+        tree.set_counters(tree.root(), self.workers[w].root.clone());
+        for t in self.tcs.iter().filter(|t| t.worker == w) {
+            let parent = tree.find(&t.parent).unwrap_or(0);
+            tree.add_class(&t.name, parent, t.policy, t.placement, Some(t.counters.clone()))?;
+        }
+        for a in self.attachments.iter().filter(|a| a.worker == w) {
+            let parent = tree.find(&a.parent).unwrap_or(0);
+            let name = &self.node(a.module).name;
+            tree.add_leaf(name, parent, a.module, a.placement, Some(a.counters.clone()))?;
+        }
+        Ok(tree)
+    }
+
+    /// Counters of worker `w`'s classes, root first, then classes and
+    /// task leaves in the order they were added.
+    pub fn tc_stats(&self, w: usize) -> Vec<TcStats> {
+        let stat = |name: &str, policy: &'static str, parent: Option<&str>, c: &TcCounters| TcStats {
+            name: name.to_string(),
+            policy,
+            parent: parent.map(str::to_string),
+            count: c.count.get(),
+            cycles: c.cycles.get(),
+            packets: c.packets.get(),
+            bits: c.bits.get(),
+            throttled: c.throttled.get(),
+        };
+        let Some(spec) = self.workers.get(w) else {
+            return Vec::new();
+        };
+        let mut out = vec![stat(ROOT_TC, "round_robin", None, &spec.root)];
+        for t in self.tcs.iter().filter(|t| t.worker == w) {
+            out.push(stat(&t.name, t.policy.name(), Some(&t.parent), &t.counters));
+        }
+        for a in self.attachments.iter().filter(|a| a.worker == w) {
+            if let Some(n) = self.nodes[a.module].as_ref() {
+                out.push(stat(&n.name, "leaf", Some(&a.parent), &a.counters));
+            }
+        }
+        out
+    }
+
+    /// Check the graph, place metadata, and hand each worker its part.
+    /// Modules move out of the graph into the plans; [`Graph::restore`]
+    /// puts them back.
+    pub(crate) fn commit(&mut self) -> Result<Vec<WorkerPlan>, GraphError> {
+        self.ensure_worker();
+        let attrs = self.metadata_offsets()?;
+        // Unattached tasks run under the first worker's root.
+        let unattached: Vec<ModuleId> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_ref().filter(|n| n.is_task).map(|_| i))
+            .filter(|i| !self.attachments.iter().any(|a| a.module == *i))
+            .collect();
+        for id in unattached {
+            self.attachments.push(Attachment {
+                module: id,
+                worker: 0,
+                parent: ROOT_TC.into(),
+                placement: Placement::default(),
+                counters: Arc::default(),
+            });
+        }
+        let input_worker = self.input_workers()?;
+        let task_worker: HashMap<ModuleId, usize> = self.attachments.iter().map(|a| (a.module, a.worker)).collect();
+        // Check every task can run where it is attached before moving anything.
+        for (&id, &tw) in &task_worker {
+            if let Some(iw) = input_worker[id].filter(|&iw| iw != tw) {
+                if !self.can_split(id) {
+                    let n = self.node(id);
+                    return Err(GraphError::CannotSplit {
+                        module: n.name.clone(),
+                        class: n.class,
+                        input: self.workers[iw].name.clone(),
+                        task: self.workers[tw].name.clone(),
+                    });
+                }
+            }
+        }
+        let mut trees = Vec::new();
+        for w in 0..self.workers.len() {
+            trees.push(self.tree_for(w)?);
+        }
+        let mut plans: Vec<WorkerPlan> = trees
+            .into_iter()
+            .map(|tree| WorkerPlan {
+                runtime: Runtime::new(self.nodes.len()),
+                tree,
+            })
+            .collect();
+        for id in 0..self.nodes.len() {
+            let Some(node) = self.nodes[id].as_mut() else { continue };
+            let home = input_worker[id].or(task_worker.get(&id).copied()).unwrap_or(0);
+            let mut module = node.module.take().expect("modules are home at commit");
+            if let Some(&tw) = task_worker.get(&id).filter(|&&tw| tw != home) {
+                let half = module.task_half().expect("checked above");
+                plans[tw].runtime.slots[id] = Some(Slot::new(node, half, attrs[id].clone(), true));
+            }
+            plans[home].runtime.slots[id] = Some(Slot::new(node, module, attrs[id].clone(), false));
+        }
+        Ok(plans)
+    }
+
+    fn can_split(&mut self, id: ModuleId) -> bool {
+        // Ask the module for its task half without keeping it.
+        self.nodes[id]
+            .as_mut()
+            .and_then(|n| n.module.as_mut())
+            .is_some_and(|m| m.task_half().is_some())
+    }
+
+    /// Put modules back from worker runtimes (after a pause).
+    pub(crate) fn restore(&mut self, runtimes: Vec<Runtime>) {
+        for rt in runtimes {
+            for (id, slot) in rt.slots.into_iter().enumerate() {
+                let Some(slot) = slot else { continue };
+                if slot.is_half {
+                    continue;
+                }
+                if let Some(node) = self.nodes.get_mut(id).and_then(|n| n.as_mut()) {
+                    node.module = Some(slot.module);
+                }
+            }
+        }
+    }
+
+    fn metadata_offsets(&self) -> Result<Vec<Vec<Attr>>, GraphError> {
+        let meta: Vec<MetaNode> = self
+            .nodes
+            .iter()
+            .map(|n| match n {
+                Some(n) => MetaNode {
+                    name: n.name.clone(),
+                    attrs: n.attrs.clone(),
+                    next: n.ogates.iter().flatten().map(|&(t, _)| t).collect(),
+                },
+                None => MetaNode {
+                    name: String::new(),
+                    attrs: Vec::new(),
+                    next: Vec::new(),
+                },
+            })
+            .collect();
+        Ok(assign_offsets(&meta)?)
+    }
+
+    /// For each module, the worker whose tasks push packets into it.
+    fn input_workers(&self) -> Result<Vec<Option<usize>>, GraphError> {
+        let mut owner: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        for a in &self.attachments {
+            let mut stack: Vec<ModuleId> = self.node(a.module).ogates.iter().flatten().map(|&(t, _)| t).collect();
+            let mut seen = vec![false; self.nodes.len()];
+            while let Some(m) = stack.pop() {
+                if std::mem::replace(&mut seen[m], true) {
+                    continue;
+                }
+                match owner[m] {
+                    Some(o) if o != a.worker => {
+                        return Err(GraphError::TwoWorkers {
+                            module: self.node(m).name.clone(),
+                            a: self.workers[o].name.clone(),
+                            b: self.workers[a.worker].name.clone(),
+                        })
+                    }
+                    _ => owner[m] = Some(a.worker),
+                }
+                let n = self.node(m);
+                if !n.is_task {
+                    stack.extend(n.ogates.iter().flatten().map(|&(t, _)| t));
+                }
+            }
+        }
+        Ok(owner)
+    }
+}

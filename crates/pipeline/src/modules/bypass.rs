@@ -1,0 +1,35 @@
+//! Bypass: input gate i goes out of output gate i, untouched.
+
+use crate::args::{ArgError, Args};
+use crate::module::{Ctx, Module, MAX_GATES};
+use nfkit_hw::Batch;
+
+#[derive(Debug)]
+pub struct Bypass {
+    gates: usize,
+}
+
+impl Bypass {
+    pub fn new(gates: usize) -> Bypass {
+        Bypass { gates }
+    }
+}
+
+impl Module for Bypass {
+    fn class(&self) -> &'static str {
+        "Bypass"
+    }
+    fn igates(&self) -> usize {
+        self.gates
+    }
+    fn ogates(&self) -> usize {
+        self.gates
+    }
+    fn process(&mut self, ctx: &mut Ctx<'_>, igate: usize, batch: &mut Batch) {
+        ctx.forward(igate, batch);
+    }
+}
+
+pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+    Ok(Box::new(Bypass::new(args.usize_in("gates", 1, 1, MAX_GATES)?)))
+}

@@ -1,0 +1,66 @@
+//! Source: a task that makes packets from a template, as fast as its
+//! traffic class lets it (a batch of up to `burst` per run). When the
+//! pool runs dry the run makes fewer.
+
+use crate::args::{ArgError, Args};
+use crate::module::{Ctx, Module, DEFAULT_BURST};
+use nfkit_hw::{Batch, Mempool};
+
+pub struct Source {
+    pool: Mempool,
+    template: Vec<u8>,
+    burst: usize,
+}
+
+impl Source {
+    /// Packets of `size` bytes starting with `template` (zero-padded).
+    pub fn new(pool: Mempool, template: &[u8], size: usize, burst: usize) -> Source {
+        let mut t = template.to_vec();
+        t.resize(size.max(template.len()), 0);
+        Source {
+            pool,
+            template: t,
+            burst: burst.clamp(1, nfkit_hw::pool::MAX_BATCH),
+        }
+    }
+}
+
+impl Module for Source {
+    fn class(&self) -> &'static str {
+        "Source"
+    }
+    fn igates(&self) -> usize {
+        0
+    }
+    fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
+        ctx.count_dropped(batch.len() as u64);
+        batch.clear();
+    }
+    fn is_task(&self) -> bool {
+        true
+    }
+    fn run_task(&mut self, ctx: &mut Ctx<'_>) {
+        let mut made = 0;
+        if let Some(out) = ctx.output(0) {
+            while made < self.burst {
+                let Some(mut p) = self.pool.alloc() else { break };
+                if p.copy_from(&self.template).is_err() {
+                    break;
+                }
+                let _ = out.push(p);
+                made += 1;
+            }
+        }
+        ctx.count_created(made as u64);
+    }
+}
+
+pub(super) fn build(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+    let size = args.usize_in("size", 60, 14, env.pool.data_room())?;
+    let burst = args.usize_in("burst", DEFAULT_BURST, 1, nfkit_hw::pool::MAX_BATCH)?;
+    let template = args.bytes("template")?.unwrap_or_default();
+    if template.len() > env.pool.data_room() {
+        return Err(ArgError::new("template", "longer than a packet buffer"));
+    }
+    Ok(Box::new(Source::new(env.pool.clone(), &template, size, burst)))
+}

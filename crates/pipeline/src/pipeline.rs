@@ -1,0 +1,482 @@
+//! A committed graph and the workers that run it: start, pause, change,
+//! resume, statistics.
+//!
+//! Each worker is a thread (pinned when the worker names a core) that
+//! owns its part of the graph and its class tree while it runs. Pausing
+//! makes every worker finish its current round and hand its part back;
+//! [`Pipeline::edit`] then changes the graph or the trees, recomputes
+//! metadata offsets and worker placement, and resumes, with module state
+//! (tables, histograms, open files) and ports kept.
+
+use crate::counters::ModuleStats;
+use crate::graph::{Graph, GraphError, WorkerPlan};
+use crate::runtime::Runtime;
+use crate::sched::{SchedClock, SchedCounters, SchedStats, Scheduler, TcStats};
+use nfkit_port::{Port, QueueStats};
+use parking_lot::Mutex;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A port shared by the modules that use it (PortInc and PortOut on
+/// different workers, each on its own queues). The lock is taken once
+/// per batch; the `Port` trait moves batches with `&mut self`.
+pub type SharedPort = Arc<Mutex<Box<dyn Port>>>;
+
+/// Errors from running a pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("worker `{worker}`: core {core} is not available to this process (available: {available})")]
+    NoCore {
+        worker: String,
+        core: usize,
+        available: String,
+    },
+    #[error("worker `{0}` stopped unexpectedly (a module panicked)")]
+    WorkerLost(String),
+    #[error("the pipeline is running; pause it first")]
+    Running,
+}
+
+struct WorkerState {
+    runtime: Runtime,
+    sched: Scheduler,
+}
+
+struct WorkerThread {
+    handle: Option<JoinHandle<()>>,
+    cmd: mpsc::Sender<WorkerState>,
+    back: mpsc::Receiver<WorkerState>,
+    pause: Arc<AtomicBool>,
+}
+
+/// Rounds between looks at the pause flag.
+const ROUNDS_PER_CHECK: usize = 64;
+
+/// A pipeline ready to run.
+pub struct Pipeline {
+    graph: Graph,
+    clock: Arc<dyn SchedClock>,
+    ports: Vec<(String, SharedPort)>,
+    /// Committed worker parts while not running.
+    parked: Option<Vec<WorkerState>>,
+    running: bool,
+    threads: Vec<WorkerThread>,
+    sched_counters: Vec<Arc<SchedCounters>>,
+}
+
+impl Pipeline {
+    /// Commit `graph` (checks, metadata, placement) with time from `clock`.
+    pub fn new(graph: Graph, clock: Arc<dyn SchedClock>) -> Result<Pipeline, PipelineError> {
+        let mut p = Pipeline {
+            graph,
+            clock,
+            ports: Vec::new(),
+            parked: None,
+            running: false,
+            threads: Vec::new(),
+            sched_counters: Vec::new(),
+        };
+        p.commit()?;
+        Ok(p)
+    }
+
+    /// Record a port so that statistics show it.
+    pub fn add_port(&mut self, name: &str, port: SharedPort) {
+        self.ports.push((name.to_string(), port));
+    }
+
+    pub fn ports(&self) -> &[(String, SharedPort)] {
+        &self.ports
+    }
+
+    /// The graph (names, connections). Change it with [`Pipeline::edit`].
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running
+    }
+
+    fn commit(&mut self) -> Result<(), PipelineError> {
+        let plans = self.graph.commit()?;
+        while self.sched_counters.len() < plans.len() {
+            self.sched_counters.push(Arc::default());
+        }
+        let states = plans
+            .into_iter()
+            .enumerate()
+            .map(|(w, WorkerPlan { mut runtime, tree })| {
+                runtime.set_worker(w);
+                WorkerState {
+                    runtime,
+                    sched: Scheduler::new(tree, self.clock.clone()).with_counters(self.sched_counters[w].clone()),
+                }
+            })
+            .collect();
+        self.parked = Some(states);
+        Ok(())
+    }
+
+    /// Run `rounds` scheduling rounds of every worker on the calling
+    /// thread, worker after worker (deterministic; for tests and virtual
+    /// clocks).
+    pub fn step(&mut self, rounds: u64) -> Result<(), PipelineError> {
+        if self.running {
+            return Err(PipelineError::Running);
+        }
+        let Some(states) = self.parked.as_mut() else {
+            return Ok(());
+        };
+        for _ in 0..rounds {
+            for st in states.iter_mut() {
+                let rt = &mut st.runtime;
+                st.sched.run_once(|task, now| rt.run_task(task, now));
+            }
+        }
+        Ok(())
+    }
+
+    /// Start (or resume) the worker threads.
+    pub fn start(&mut self) -> Result<(), PipelineError> {
+        if self.running {
+            return Ok(());
+        }
+        let Some(states) = self.parked.take() else {
+            return Ok(());
+        };
+        for (w, st) in states.into_iter().enumerate() {
+            if w >= self.threads.len() {
+                let t = self.spawn(w)?;
+                self.threads.push(t);
+            }
+            let t = &self.threads[w];
+            t.pause.store(false, Ordering::SeqCst);
+            if t.cmd.send(st).is_err() {
+                return Err(PipelineError::WorkerLost(self.graph.workers[w].name.clone()));
+            }
+        }
+        self.running = true;
+        Ok(())
+    }
+
+    fn spawn(&self, w: usize) -> Result<WorkerThread, PipelineError> {
+        let spec = &self.graph.workers[w];
+        let core = match spec.core {
+            Some(c) => {
+                let ids = core_affinity::get_core_ids().unwrap_or_default();
+                let id = ids.iter().find(|i| i.id == c).copied().ok_or_else(|| PipelineError::NoCore {
+                    worker: spec.name.clone(),
+                    core: c,
+                    available: ids.iter().map(|i| i.id.to_string()).collect::<Vec<_>>().join(","),
+                })?;
+                Some(id)
+            }
+            None => None,
+        };
+        let (cmd_tx, cmd_rx) = mpsc::channel::<WorkerState>();
+        let (back_tx, back_rx) = mpsc::channel::<WorkerState>();
+        let pause = Arc::new(AtomicBool::new(false));
+        let flag = pause.clone();
+        let name = spec.name.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("nfkit-{name}"))
+            .spawn(move || {
+                if let Some(core) = core {
+                    if !core_affinity::set_for_current(core) {
+                        tracing::warn!(worker = %name, core = core.id, "could not pin the worker");
+                    }
+                }
+                while let Ok(mut st) = cmd_rx.recv() {
+                    while !flag.load(Ordering::Relaxed) {
+                        for _ in 0..ROUNDS_PER_CHECK {
+                            let rt = &mut st.runtime;
+                            st.sched.run_once(|task, now| rt.run_task(task, now));
+                        }
+                    }
+                    if back_tx.send(st).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|_| PipelineError::WorkerLost(spec.name.clone()))?;
+        Ok(WorkerThread {
+            handle: Some(handle),
+            cmd: cmd_tx,
+            back: back_rx,
+            pause,
+        })
+    }
+
+    /// Stop the workers after their current round and take their parts
+    /// back. Modules get [`on_pause`](crate::module::Module::on_pause).
+    pub fn pause(&mut self) -> Result<(), PipelineError> {
+        if !self.running {
+            return Ok(());
+        }
+        for t in &self.threads {
+            t.pause.store(true, Ordering::SeqCst);
+        }
+        let mut states = Vec::new();
+        let mut lost = None;
+        for (w, t) in self.threads.iter().enumerate() {
+            match t.back.recv() {
+                Ok(mut st) => {
+                    st.runtime.on_pause();
+                    states.push(st);
+                }
+                Err(_) => lost = Some(self.graph.workers[w].name.clone()),
+            }
+        }
+        self.running = false;
+        if let Some(w) = lost {
+            return Err(PipelineError::WorkerLost(w));
+        }
+        self.parked = Some(states);
+        Ok(())
+    }
+
+    /// Run the workers for `d` of wall-clock time, then pause.
+    pub fn run_for(&mut self, d: Duration) -> Result<PipelineStats, PipelineError> {
+        self.start()?;
+        std::thread::sleep(d);
+        self.pause()?;
+        Ok(self.stats())
+    }
+
+    /// Run until `stop` is set (checked every 10 ms) or `limit` passes.
+    pub fn run_until(&mut self, stop: &AtomicBool, limit: Option<Duration>) -> Result<PipelineStats, PipelineError> {
+        self.start()?;
+        let started = std::time::Instant::now();
+        while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| started.elapsed() < l) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.pause()?;
+        Ok(self.stats())
+    }
+
+    /// Change the graph or the class trees without a restart: pause,
+    /// apply `f`, recommit (metadata offsets, placement), and resume if
+    /// the pipeline was running. If `f` or the commit fails, the
+    /// pipeline stays paused with the graph as `f` left it.
+    pub fn edit<R>(&mut self, f: impl FnOnce(&mut Graph) -> Result<R, GraphError>) -> Result<R, PipelineError> {
+        let was_running = self.running;
+        self.pause()?;
+        if let Some(states) = self.parked.take() {
+            self.graph.restore(states.into_iter().map(|s| s.runtime).collect());
+        }
+        let r = f(&mut self.graph)?;
+        self.commit()?;
+        if was_running {
+            self.start()?;
+        }
+        Ok(r)
+    }
+
+    /// Counters of every module, worker, class and port. Module-specific
+    /// values (`extra`) are filled only while paused.
+    pub fn stats(&self) -> PipelineStats {
+        let mut extra: Vec<Vec<(&'static str, u64)>> = vec![Vec::new(); self.graph.nodes.len()];
+        if let Some(states) = &self.parked {
+            for st in states {
+                for (id, slot) in st.runtime.slots.iter().enumerate() {
+                    if let Some(s) = slot.as_ref().filter(|s| !s.is_half) {
+                        extra[id] = s.module.extra_stats();
+                    }
+                }
+            }
+        }
+        let modules = self
+            .graph
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, n)| n.as_ref().map(|n| (id, n)))
+            .map(|(id, n)| ModuleStats {
+                name: n.name.clone(),
+                class: n.class,
+                created: n.counters.created.get(),
+                consumed: n.counters.consumed.get(),
+                dropped: n.counters.dropped.get(),
+                igates: n.igate_counters.iter().map(|c| c.snapshot()).collect(),
+                ogates: n.ogate_counters.iter().map(|c| c.snapshot()).collect(),
+                extra: std::mem::take(&mut extra[id]),
+            })
+            .collect();
+        let edges = self
+            .graph
+            .nodes
+            .iter()
+            .flatten()
+            .flat_map(|n| {
+                n.ogates.iter().enumerate().filter_map(move |(g, t)| {
+                    t.map(|(to, ig)| Edge {
+                        from: n.name.clone(),
+                        ogate: g,
+                        to: self.graph.node(to).name.clone(),
+                        igate: ig,
+                        stats: n.ogate_counters[g].snapshot(),
+                    })
+                })
+            })
+            .collect();
+        let workers = self
+            .graph
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(w, spec)| WorkerStats {
+                name: spec.name.clone(),
+                core: spec.core,
+                sched: self.sched_counters.get(w).map(|c| snapshot(c)).unwrap_or_default(),
+                classes: self.graph.tc_stats(w),
+            })
+            .collect();
+        let ports = self.ports.iter().map(|(n, p)| (n.clone(), p.lock().stats())).collect();
+        PipelineStats {
+            modules,
+            edges,
+            workers,
+            ports,
+        }
+    }
+
+    /// Stop the workers and end their threads.
+    pub fn shutdown(mut self) -> Result<PipelineStats, PipelineError> {
+        self.pause()?;
+        Ok(self.stats())
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        let _ = self.pause();
+        for t in &mut self.threads {
+            // Closing the command channel ends the thread's loop.
+            let (dead_tx, _) = mpsc::channel();
+            t.cmd = dead_tx;
+            if let Some(h) = t.handle.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+fn snapshot(c: &SchedCounters) -> SchedStats {
+    SchedStats {
+        rounds: c.rounds.get(),
+        empty_rounds: c.empty_rounds.get(),
+        idle_ns: c.idle_ns.get(),
+        busy_ns: c.busy_ns.get(),
+    }
+}
+
+/// One connection and its traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge {
+    pub from: String,
+    pub ogate: usize,
+    pub to: String,
+    pub igate: usize,
+    pub stats: crate::counters::GateStats,
+}
+
+/// One worker's scheduler and classes.
+#[derive(Debug, Clone)]
+pub struct WorkerStats {
+    pub name: String,
+    pub core: Option<usize>,
+    pub sched: SchedStats,
+    pub classes: Vec<TcStats>,
+}
+
+/// Everything [`Pipeline::stats`] reports.
+#[derive(Debug, Clone)]
+pub struct PipelineStats {
+    pub modules: Vec<ModuleStats>,
+    pub edges: Vec<Edge>,
+    pub workers: Vec<WorkerStats>,
+    pub ports: Vec<(String, QueueStats)>,
+}
+
+impl PipelineStats {
+    pub fn module(&self, name: &str) -> Option<&ModuleStats> {
+        self.modules.iter().find(|m| m.name == name)
+    }
+    /// Sum of packets dropped by all modules.
+    pub fn dropped(&self) -> u64 {
+        self.modules.iter().map(|m| m.dropped).sum()
+    }
+}
+
+impl fmt::Display for PipelineStats {
+    /// A `show pipeline`-style listing: edges, drops, classes, ports.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "edges:")?;
+        for e in &self.edges {
+            writeln!(
+                f,
+                "  {}:{} -> {}:{}  packets={} batches={} bits={}",
+                e.from, e.ogate, e.igate, e.to, e.stats.packets, e.stats.batches, e.stats.bits
+            )?;
+        }
+        writeln!(f, "modules:")?;
+        for m in &self.modules {
+            write!(
+                f,
+                "  {} ({}) in={} out={} created={} consumed={} dropped={}",
+                m.name,
+                m.class,
+                m.received(),
+                m.sent(),
+                m.created,
+                m.consumed,
+                m.dropped
+            )?;
+            for (k, v) in &m.extra {
+                write!(f, " {k}={v}")?;
+            }
+            writeln!(f)?;
+        }
+        for w in &self.workers {
+            writeln!(
+                f,
+                "worker {}{}: rounds={} empty={} busy_ns={} idle_ns={}",
+                w.name,
+                w.core.map(|c| format!(" (core {c})")).unwrap_or_default(),
+                w.sched.rounds,
+                w.sched.empty_rounds,
+                w.sched.busy_ns,
+                w.sched.idle_ns
+            )?;
+            for c in &w.classes {
+                writeln!(
+                    f,
+                    "  tc {} ({}{}) count={} cycles={} packets={} bits={} throttled={}",
+                    c.name,
+                    c.policy,
+                    c.parent.as_ref().map(|p| format!(", parent {p}")).unwrap_or_default(),
+                    c.count,
+                    c.cycles,
+                    c.packets,
+                    c.bits,
+                    c.throttled
+                )?;
+            }
+        }
+        for (name, s) in &self.ports {
+            writeln!(
+                f,
+                "port {name}: rx={} rx_dropped={} tx={} tx_dropped={}",
+                s.rx_packets, s.rx_dropped, s.tx_packets, s.tx_dropped
+            )?;
+        }
+        Ok(())
+    }
+}
