@@ -90,7 +90,9 @@ impl BridgeConfig {
             return Err(ConfigError::BridgePorts(self.ports));
         }
         if self.capacity == 0 {
-            return Err(ConfigError::ZeroCapacity { what: "bridge MAC table" });
+            return Err(ConfigError::ZeroCapacity {
+                what: "bridge MAC table",
+            });
         }
         if self.expire.is_zero() {
             return Err(ConfigError::Zero { what: "--expire" });

@@ -22,14 +22,18 @@
 
 mod bridge;
 pub mod config;
+mod firewall;
 mod nat;
+mod policer;
 mod rewrite;
 pub mod table;
 mod verdict;
 
 pub use bridge::{Bridge, BridgeConfig, MacEntry, StaticEntry};
 pub use config::{ConfigError, Ipv4Prefix, PortRange};
+pub use firewall::{Firewall, FirewallConfig};
 pub use nat::{Mapping, Nat, NatConfig};
+pub use policer::{Policer, PolicerConfig};
 pub use verdict::{DropReason, NetworkFunction, NfStats, PortId, PortSet, Verdict};
 
 /// A per-instance hash seed, so table collisions cannot be precomputed.

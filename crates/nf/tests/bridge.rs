@@ -13,7 +13,9 @@ fn mac(last: u8) -> MacAddr {
 }
 
 fn frame(src: MacAddr, dst: MacAddr) -> Vec<u8> {
-    FrameBuilder::udp((ip("10.0.0.1"), 1), (ip("10.0.0.2"), 2)).macs(src, dst).build()
+    FrameBuilder::udp((ip("10.0.0.1"), 1), (ip("10.0.0.2"), 2))
+        .macs(src, dst)
+        .build()
 }
 
 fn bridge(opts: &str) -> Bridge {
@@ -26,7 +28,13 @@ fn learns_then_forwards_instead_of_flooding() {
     // Unknown destination: flood everywhere but the input port.
     let f = frame(mac(1), mac(2));
     let (v, _) = run(&mut b, &f, 0, secs(0));
-    assert_eq!(v, Verdict::Flood { ports: PortSet::first(4).without(0), len: f.len() });
+    assert_eq!(
+        v,
+        Verdict::Flood {
+            ports: PortSet::first(4).without(0),
+            len: f.len()
+        }
+    );
     assert_eq!(b.lookup(mac(1)), Some(0));
     // The answer goes straight to port 0, and teaches where mac 2 is.
     let (v, _) = run(&mut b, &frame(mac(2), mac(1)), 3, secs(1));
@@ -35,7 +43,9 @@ fn learns_then_forwards_instead_of_flooding() {
     assert!(matches!(v, Verdict::Forward { port: 3, .. }));
     let table = b.entries();
     assert_eq!(table.len(), 2);
-    assert!(table.iter().any(|e| e.mac == mac(2) && e.port == 3 && !e.is_static));
+    assert!(table
+        .iter()
+        .any(|e| e.mac == mac(2) && e.port == 3 && !e.is_static));
     assert_eq!(b.stats().flooded, 1);
     assert_counts_balance(&b);
 }
@@ -45,7 +55,13 @@ fn broadcast_and_multicast_flood_and_are_not_learned() {
     let mut b = bridge("--ports 3");
     let arp = arp_request(mac(1), ip("10.0.0.1"), ip("10.0.0.2"));
     let (v, o) = run(&mut b, &arp, 1, secs(0));
-    assert_eq!(v, Verdict::Flood { ports: PortSet::EMPTY.with(0).with(2), len: arp.len() });
+    assert_eq!(
+        v,
+        Verdict::Flood {
+            ports: PortSet::EMPTY.with(0).with(2),
+            len: arp.len()
+        }
+    );
     assert_eq!(o, arp, "the bridge does not touch frames");
     // Learned from the ARP request's source; a multicast source is never learned.
     let mcast_src = MacAddr([0x01, 0, 0x5e, 0, 0, 1]);
@@ -61,7 +77,10 @@ fn never_back_out_of_the_input_port() {
     run(&mut b, &frame(mac(1), mac(9)), 0, secs(0));
     run(&mut b, &frame(mac(2), mac(9)), 0, secs(0));
     // 1 and 2 are both on port 0: a frame between them is filtered.
-    assert_eq!(run(&mut b, &frame(mac(1), mac(2)), 0, secs(0)).0, Verdict::Drop(DropReason::SamePort));
+    assert_eq!(
+        run(&mut b, &frame(mac(1), mac(2)), 0, secs(0)).0,
+        Verdict::Drop(DropReason::SamePort)
+    );
     assert_counts_balance(&b);
 }
 
@@ -99,23 +118,40 @@ fn full_table_still_forwards_by_flooding() {
     assert!(matches!(v, Verdict::Flood { .. }));
     assert_eq!(b.stats().learn_failed, 1);
     let (v, _) = run(&mut b, &frame(mac(1), mac(2)), 0, secs(0));
-    assert!(matches!(v, Verdict::Flood { .. }), "unknown because not learned");
+    assert!(
+        matches!(v, Verdict::Flood { .. }),
+        "unknown because not learned"
+    );
 }
 
 #[test]
 fn short_frames_and_bad_config() {
     let mut b = bridge("--ports 2");
-    assert_eq!(run(&mut b, &[0u8; 13], 0, secs(0)).0, Verdict::Drop(DropReason::Malformed));
-    assert_eq!("--ports 1".parse::<BridgeConfig>(), Err(ConfigError::BridgePorts(1)));
-    assert_eq!("--ports 65".parse::<BridgeConfig>(), Err(ConfigError::BridgePorts(65)));
+    assert_eq!(
+        run(&mut b, &[0u8; 13], 0, secs(0)).0,
+        Verdict::Drop(DropReason::Malformed)
+    );
+    assert_eq!(
+        "--ports 1".parse::<BridgeConfig>(),
+        Err(ConfigError::BridgePorts(1))
+    );
+    assert_eq!(
+        "--ports 65".parse::<BridgeConfig>(),
+        Err(ConfigError::BridgePorts(65))
+    );
     assert_eq!(
         "--static 02:00:00:00:00:01@5".parse::<BridgeConfig>(),
         Err(ConfigError::PortOutOfRange { port: 5, count: 2 })
     );
-    assert!(matches!("--static nope".parse::<BridgeConfig>(), Err(ConfigError::BadValue { .. })));
+    assert!(matches!(
+        "--static nope".parse::<BridgeConfig>(),
+        Err(ConfigError::BadValue { .. })
+    ));
     assert_eq!(
         "--capacity 0".parse::<BridgeConfig>(),
-        Err(ConfigError::ZeroCapacity { what: "bridge MAC table" })
+        Err(ConfigError::ZeroCapacity {
+            what: "bridge MAC table"
+        })
     );
 }
 
