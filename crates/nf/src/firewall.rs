@@ -113,7 +113,7 @@ impl Firewall {
         self.flows.iter().map(|(k, _, _)| *k)
     }
 
-    fn from_lan(&mut self, f: &[u8], now: u64) -> Result<(), DropReason> {
+    fn outbound(&mut self, f: &[u8], now: u64) -> Result<(), DropReason> {
         let l = match parse_ipv4(f) {
             Ok(l) => l,
             Err(nfkit_packet::PacketError::NotIpv4(_)) => return Ok(()),
@@ -136,7 +136,7 @@ impl Firewall {
         Ok(())
     }
 
-    fn from_wan(&mut self, f: &[u8], now: u64) -> Result<(), DropReason> {
+    fn inbound(&mut self, f: &[u8], now: u64) -> Result<(), DropReason> {
         let l = match parse_ipv4(f) {
             Ok(l) => l,
             Err(nfkit_packet::PacketError::NotIpv4(ethertype::ARP)) => return Ok(()),
@@ -187,9 +187,9 @@ impl NetworkFunction for Firewall {
         self.stats.flows_expired += self.flows.expire(now, |_, _| {});
         let f = &buf[..len];
         let (res, out) = if in_port == self.cfg.lan {
-            (self.from_lan(f, now), self.cfg.wan)
+            (self.outbound(f, now), self.cfg.wan)
         } else {
-            (self.from_wan(f, now), self.cfg.lan)
+            (self.inbound(f, now), self.cfg.lan)
         };
         match res {
             Ok(()) => Verdict::Forward { port: out, len },
