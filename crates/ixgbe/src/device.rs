@@ -203,7 +203,7 @@ impl<B: Bar> Device<B> {
         let mask = regs::fctrl::UPE | regs::fctrl::MPE;
         r.set(&regs::SECRXCTRL, 0, regs::secrxctrl::RX_DIS);
         let ready =
-            nfkit_hw::poll_until(&*self.shared.clock, self.shared.config.poll_timeout, || {
+            crate::wait::wait_until(&*self.shared.clock, self.shared.config.poll_timeout, || {
                 r.is_set(&regs::SECRXSTAT, 0, regs::secrxstat::SECRX_RDY)
             });
         if ready {

@@ -8,8 +8,9 @@ use crate::error::{InitError, Step};
 use crate::pci;
 use crate::regs::{self, Regs};
 use crate::rss;
+use crate::wait::{wait_for, wait_until};
 use crate::DeviceConfig;
-use nfkit_hw::{poll_until, Bar, Clock, PciFunction};
+use nfkit_hw::{Bar, Clock, PciFunction};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,16 +83,7 @@ impl<B: Bar> Init<'_, B> {
         waited_for: &'static str,
         cond: impl FnMut() -> bool,
     ) -> Result<(), InitError> {
-        let timeout = self.cfg.poll_timeout;
-        if poll_until(self.clock, timeout, cond) {
-            Ok(())
-        } else {
-            Err(InitError::Timeout {
-                step,
-                waited_for,
-                timeout,
-            })
-        }
+        wait_for(self.clock, self.cfg.poll_timeout, step, waited_for, cond)
     }
 
     /// §4.6.7.1.2, required before master disable: a previous driver may
@@ -124,7 +116,7 @@ impl<B: Bar> Init<'_, B> {
     fn master_disable<P: PciFunction>(&self, pci: &P) -> Result<bool, InitError> {
         let r = &self.regs;
         r.set(&regs::CTRL, 0, regs::ctrl::MASTER_DISABLE);
-        let cleared = poll_until(self.clock, self.cfg.poll_timeout, || {
+        let cleared = wait_until(self.clock, self.cfg.poll_timeout, || {
             r.is_clear(&regs::STATUS, 0, regs::status::PCIE_MASTER_ENABLE_STATUS)
         });
         if cleared {
@@ -361,7 +353,7 @@ impl<B: Bar> Init<'_, B> {
         let r = &self.regs;
         let start = self.clock.now();
         let timeout = self.cfg.link_timeout;
-        if poll_until(self.clock, timeout, || {
+        if wait_until(self.clock, timeout, || {
             r.is_set(&regs::LINKS, 0, regs::links::LINK_UP)
         }) {
             Ok(self.clock.now().saturating_sub(start))

@@ -66,6 +66,7 @@ mod queue;
 mod queue_setup;
 pub mod regs;
 mod rss;
+mod wait;
 
 pub use agent::{
     run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE, FLUSH_PERIOD,

@@ -5,7 +5,7 @@
 use crate::desc::DescRing;
 use crate::error::{InitError, Step};
 use crate::regs::{self, Regs};
-use nfkit_hw::{poll_until, Bar, Clock};
+use nfkit_hw::{Bar, Clock};
 use std::time::Duration;
 
 /// Descriptor format of a receive queue (SRRCTL.DESCTYPE).
@@ -30,15 +30,7 @@ fn poll(
     waited_for: &'static str,
     cond: impl FnMut() -> bool,
 ) -> Result<(), InitError> {
-    if poll_until(clock, timeout, cond) {
-        Ok(())
-    } else {
-        Err(InitError::Timeout {
-            step,
-            waited_for,
-            timeout,
-        })
-    }
+    crate::wait::wait_for(clock, timeout, step, waited_for, cond)
 }
 
 fn split(addr: u64) -> (u32, u32) {
