@@ -45,7 +45,7 @@ pub fn open(spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortEr
         PortSpec::Pcap(s) => Box::new(pcap::PcapPort::open(&name, s, opts)?),
         PortSpec::AfPacket(s) => Box::new(afpacket::AfPacketPort::open(&name, s, opts)?),
         PortSpec::Tap(s) => Box::new(tap::TapPort::open(&name, s, opts)?),
-        PortSpec::AfXdp(s) => afxdp::AfXdpPort::open(&name, s, opts)?,
+        PortSpec::AfXdp(s) => Box::new(afxdp::AfXdpPort::open(&name, s, opts)?),
         PortSpec::Sim(_) | PortSpec::Pci(_) => {
             return Err(PortError::config(
                 &name,

@@ -74,3 +74,13 @@ fn missing_interfaces_are_clear_errors() {
         );
     }
 }
+
+#[test]
+fn afxdp_forwards_real_traffic() {
+    require_root!();
+    require_tool!("ping");
+    let net = TwoHosts::new().unwrap();
+    let a = open_spec(&format!("afxdp:{},mode=copy", net.a.host_end));
+    let b = open_spec(&format!("afxdp:{}", net.b.host_end));
+    traffic(&net, Forwarder::start(a, b), true);
+}

@@ -1,15 +1,470 @@
-//! AF_XDP (in progress).
-use crate::open::OpenOptions;
-use crate::spec::AfXdpSpec;
-use crate::PortError;
+//! `afxdp:IFACE[:QUEUE][,queues=N][,mode=auto|copy|zc]`: XDP sockets.
+//!
+//! One XDP socket per device queue, each with its own UMEM of 2 KiB
+//! frames: the first half cycles between the fill and RX rings, the
+//! second half is the TX pool (free list, TX ring, completion ring). A
+//! small XDP program ([`prog`], assembled in-tree) redirects every frame
+//! to the socket of its RX queue through an XSKMAP, and passes frames of
+//! other queues to the stack; it is attached with a BPF link, so it goes
+//! away with the port.
+//!
+//! Modes: `zc` binds with `XDP_ZEROCOPY` and attaches in driver mode;
+//! `copy` binds with `XDP_COPY` and attaches in generic (skb) mode, which
+//! works on any interface (veth); `auto` (default) tries zero-copy and
+//! falls back to copy when the driver says `EOPNOTSUPP`.
+//!
+//! Frames are copied between the UMEM and pool buffers. A frame holds at
+//! most 2048 - 256 (XDP headroom) = 1792 bytes: larger frames (MTU above
+//! 1778) are dropped by the kernel and show in `rx_dropped`.
 
-pub struct AfXdpPort;
+pub mod prog;
+#[allow(unsafe_code)]
+pub mod ring;
+
+use crate::afpacket::interface_index;
+use crate::open::{software_pool, OpenOptions};
+use crate::spec::{AfXdpSpec, XdpMode};
+use crate::{sys, Batch, Mempool, Port, PortError, QueueStats};
+use ring::{Ring, Umem};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+/// UMEM frame size.
+const FRAME: usize = 2048;
+/// `XDP_FLAGS_SKB_MODE` / `XDP_FLAGS_DRV_MODE` (linux/if_link.h).
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// Kicks per `tx_batch` at most: in copy mode each `sendto` sends up to
+/// 32 frames and answers EAGAIN when more are waiting.
+const MAX_KICKS: usize = 8;
+
+type Desc = libc::xdp_desc;
+
+struct XskQueue {
+    fd: OwnedFd,
+    umem: Umem,
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    rx: Ring<Desc>,
+    tx: Ring<Desc>,
+    /// TX frames not on any ring.
+    free_tx: Vec<u64>,
+    /// Slots per ring.
+    ring: u32,
+    stats: QueueStats,
+}
+
+pub struct AfXdpPort {
+    name: String,
+    ifname: String,
+    queues: Vec<XskQueue>,
+    pool: Mempool,
+    mac: [u8; 6],
+    zero_copy: bool,
+    error: Option<PortError>,
+    // Dropping the link detaches the program; the map and program go
+    // when their last reference does.
+    _link: OwnedFd,
+    _prog: OwnedFd,
+    _map: OwnedFd,
+}
+
 impl AfXdpPort {
-    pub fn open(
-        name: &str,
-        _spec: &AfXdpSpec,
-        _opts: &OpenOptions,
-    ) -> Result<Box<dyn crate::Port>, PortError> {
-        Err(PortError::config(name, "not yet"))
+    pub fn open(name: &str, spec: &AfXdpSpec, opts: &OpenOptions) -> Result<AfXdpPort, PortError> {
+        let ifindex = interface_index(name, &spec.iface)?;
+        let ring = opts.ring_size.next_power_of_two().clamp(64, 8192) as u32;
+        let (queues, zero_copy) = open_sockets(name, spec, ifindex, ring)?;
+        let last_queue = spec.queue + spec.queues as u32 - 1;
+        let bpf_err = |what: &str| {
+            let what = what.to_string();
+            move |e: io::Error| {
+                let fix = if sys::is_permission(&e) {
+                    ": loading XDP programs needs root (or CAP_BPF and CAP_NET_ADMIN)"
+                } else {
+                    ""
+                };
+                PortError::os(name, format!("{what}{fix}"), e)
+            }
+        };
+        let map = sys::bpf_xskmap_create("nfkit_xsks", last_queue + 1)
+            .map_err(bpf_err("cannot create the XSKMAP"))?;
+        for (i, q) in queues.iter().enumerate() {
+            let qid = spec.queue + i as u32;
+            sys::bpf_map_update_u32(map.as_fd(), qid, q.fd.as_raw_fd() as u32)
+                .map_err(bpf_err("cannot put the socket in the XSKMAP"))?;
+        }
+        let insns = prog::redirect_program(map.as_raw_fd());
+        let license = c"Dual MIT/GPL";
+        let prog = sys::bpf_prog_load_xdp("nfkit_redirect", &insns, license)
+            .map_err(bpf_err("the kernel refused the XDP redirect program"))?;
+        let flags = if zero_copy {
+            XDP_FLAGS_DRV_MODE
+        } else {
+            XDP_FLAGS_SKB_MODE
+        };
+        let link = sys::bpf_link_create_xdp(prog.as_fd(), ifindex, flags).map_err(|e| {
+            let fix = match e.raw_os_error() {
+                Some(libc::EBUSY) | Some(libc::EEXIST) => format!(
+                    ": another XDP program is attached to `{0}` (see `ip link show {0}`; remove it with `ip link set {0} xdp off`)",
+                    spec.iface
+                ),
+                _ if sys::is_permission(&e) => ": attaching XDP needs root or CAP_NET_ADMIN".into(),
+                _ => String::new(),
+            };
+            PortError::os(name, format!("cannot attach the XDP program to `{}`{fix}", spec.iface), e)
+        })?;
+        tracing::info!(
+            port = name,
+            zero_copy,
+            queues = queues.len(),
+            "AF_XDP port open"
+        );
+        Ok(AfXdpPort {
+            name: name.to_string(),
+            ifname: spec.iface.clone(),
+            queues,
+            pool: software_pool(name, opts.pool_buffers)?,
+            mac: crate::tap::read_mac(&spec.iface).unwrap_or([0; 6]),
+            zero_copy,
+            error: None,
+            _link: link,
+            _prog: prog,
+            _map: map,
+        })
+    }
+
+    /// Whether the sockets are bound in zero-copy mode.
+    pub fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+}
+
+/// Open one socket per queue in the requested mode (with the zero-copy to
+/// copy fallback of `auto`); returns the sockets and whether they are
+/// zero-copy.
+fn open_sockets(
+    name: &str,
+    spec: &AfXdpSpec,
+    ifindex: u32,
+    ring: u32,
+) -> Result<(Vec<XskQueue>, bool), PortError> {
+    let tries: &[bool] = match spec.mode {
+        XdpMode::Auto => &[true, false],
+        XdpMode::ZeroCopy => &[true],
+        XdpMode::Copy => &[false],
+    };
+    let mut last = None;
+    for &zc in tries {
+        let r: Result<Vec<_>, _> = (0..spec.queues as u32)
+            .map(|i| XskQueue::open(ifindex, spec.queue + i, ring, zc))
+            .collect();
+        match r {
+            Ok(qs) => return Ok((qs, zc)),
+            Err((step, e)) => {
+                let unsupported = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                );
+                last = Some((step, e));
+                if !(zc && unsupported && spec.mode == XdpMode::Auto) {
+                    break;
+                }
+                tracing::debug!(
+                    port = name,
+                    "zero-copy not supported on {}; using copy mode",
+                    spec.iface
+                );
+            }
+        }
+    }
+    let (step, e) = last.unwrap_or(("open", io::Error::other("no mode to try")));
+    let fix = match e.raw_os_error() {
+        _ if sys::is_permission(&e) => {
+            ": AF_XDP needs root (or CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF)".to_string()
+        }
+        Some(libc::EOPNOTSUPP) if spec.mode == XdpMode::ZeroCopy => {
+            format!(
+                ": the driver of `{}` has no zero-copy AF_XDP; use mode=copy",
+                spec.iface
+            )
+        }
+        Some(libc::EINVAL) if step == "bind" => format!(
+            ": does `{}` have queue {}..{}? (`ethtool -l {0}`; veth needs `numrxqueues`)",
+            spec.iface,
+            spec.queue,
+            spec.queue + spec.queues as u32 - 1
+        ),
+        Some(libc::EAFNOSUPPORT) => ": the kernel has no AF_XDP (CONFIG_XDP_SOCKETS)".into(),
+        _ => String::new(),
+    };
+    Err(PortError::os(
+        name,
+        format!("AF_XDP socket {step} failed{fix}"),
+        e,
+    ))
+}
+
+impl XskQueue {
+    fn open(
+        ifindex: u32,
+        queue: u32,
+        ring: u32,
+        zero_copy: bool,
+    ) -> Result<XskQueue, (&'static str, io::Error)> {
+        let at = |step: &'static str| move |e: io::Error| (step, e);
+        let fd = sys::socket(libc::AF_XDP, libc::SOCK_RAW, 0).map_err(at("creation"))?;
+        let s = fd.as_fd();
+        let frames = 2 * ring as usize;
+        let umem = Umem::new(frames, FRAME).map_err(at("UMEM allocation"))?;
+        let (addr, len) = umem.region();
+        let reg = libc::xdp_umem_reg {
+            addr,
+            len,
+            chunk_size: FRAME as u32,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        sys::setsockopt(s, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
+            .map_err(at("UMEM registration"))?;
+        for opt in [
+            libc::XDP_UMEM_FILL_RING,
+            libc::XDP_UMEM_COMPLETION_RING,
+            libc::XDP_RX_RING,
+            libc::XDP_TX_RING,
+        ] {
+            sys::setsockopt(s, libc::SOL_XDP, opt, &ring).map_err(at("ring sizing"))?;
+        }
+        let mut off = libc::xdp_mmap_offsets {
+            rx: zero_off(),
+            tx: zero_off(),
+            fr: zero_off(),
+            cr: zero_off(),
+        };
+        sys::getsockopt(s, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off)
+            .map_err(at("XDP_MMAP_OFFSETS"))?;
+        let mut q = XskQueue {
+            fill: Ring::map(s, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING)
+                .map_err(at("fill ring mapping"))?,
+            comp: Ring::map(s, &off.cr, ring, libc::XDP_UMEM_PGOFF_COMPLETION_RING)
+                .map_err(at("completion ring mapping"))?,
+            rx: Ring::map(s, &off.rx, ring, libc::XDP_PGOFF_RX_RING as u64)
+                .map_err(at("RX ring mapping"))?,
+            tx: Ring::map(s, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64)
+                .map_err(at("TX ring mapping"))?,
+            free_tx: (ring as usize..frames)
+                .map(|f| (f * FRAME) as u64)
+                .collect(),
+            umem,
+            fd,
+            ring,
+            stats: QueueStats::default(),
+        };
+        for f in 0..ring as usize {
+            q.fill.push((f * FRAME) as u64);
+        }
+        q.fill.submit();
+        let mode = if zero_copy {
+            libc::XDP_ZEROCOPY
+        } else {
+            libc::XDP_COPY
+        };
+        sys::bind_xdp(
+            q.fd.as_fd(),
+            ifindex,
+            queue,
+            mode | libc::XDP_USE_NEED_WAKEUP,
+            None,
+        )
+        .map_err(at("bind"))?;
+        Ok(q)
+    }
+
+    fn rx(&mut self, pool: &Mempool, batch: &mut Batch) -> usize {
+        let avail = self.rx.available().min(batch.room() as u32);
+        let mut taken = 0;
+        let mut n = 0;
+        while taken < avail {
+            let d = self.rx.peek(taken);
+            let Some(mut b) = pool.alloc() else { break };
+            taken += 1;
+            match self.umem.read(d.addr, d.len as usize) {
+                Some(data) if b.copy_from(data).is_ok() => {
+                    self.stats.rx_bytes += data.len() as u64;
+                    batch.push(b);
+                    n += 1;
+                }
+                _ => self.stats.rx_errors += 1,
+            }
+            // Aligned mode: the frame is the address rounded down.
+            self.fill.push(d.addr & !(FRAME as u64 - 1));
+        }
+        if taken > 0 {
+            self.rx.release(taken);
+            self.fill.submit();
+            if self.fill.needs_wakeup() {
+                let _ = sys::recv(self.fd.as_fd(), &mut []);
+            }
+        }
+        self.stats.rx_packets += n as u64;
+        n
+    }
+
+    /// Move completed TX frames back to the free list.
+    fn reclaim(&mut self) {
+        let done = self.comp.available();
+        for i in 0..done {
+            self.free_tx.push(self.comp.peek(i) & !(FRAME as u64 - 1));
+        }
+        self.comp.release(done);
+    }
+
+    fn tx(&mut self, batch: &mut Batch) -> usize {
+        self.reclaim();
+        let n = batch
+            .len()
+            .min(self.free_tx.len())
+            .min(self.tx.free() as usize);
+        for b in batch.drain_front(n) {
+            // Cannot fail: a free frame was counted above, and a pool
+            // buffer (at most 1920 bytes) fits a 2048-byte frame.
+            let Some(addr) = self.free_tx.pop() else {
+                break;
+            };
+            let Some(frame) = self.umem.write(addr, b.len()) else {
+                self.free_tx.push(addr);
+                self.stats.tx_errors += 1;
+                continue;
+            };
+            frame.copy_from_slice(b.data());
+            self.tx.push(Desc {
+                addr,
+                len: b.len() as u32,
+                options: 0,
+            });
+            self.stats.tx_packets += 1;
+            self.stats.tx_bytes += b.len() as u64;
+        }
+        self.tx.submit();
+        n
+    }
+
+    /// Frames on the TX ring the kernel has not taken yet.
+    fn tx_pending(&self) -> bool {
+        self.tx.free() < self.ring
+    }
+
+    /// Make the kernel send what is on the TX ring: a `sendto` per
+    /// up-to-32 frames in copy mode; only when asked in zero-copy mode.
+    fn kick(&mut self, zero_copy: bool) -> Result<(), io::Error> {
+        for _ in 0..MAX_KICKS {
+            if zero_copy && !self.tx.needs_wakeup() {
+                return Ok(());
+            }
+            match sys::kick_tx(self.fd.as_fd()) {
+                Ok(()) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS)
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+            if !self.tx_pending() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn zero_off() -> libc::xdp_ring_offset {
+    libc::xdp_ring_offset {
+        producer: 0,
+        consumer: 0,
+        desc: 0,
+        flags: 0,
+    }
+}
+
+impl Port for AfXdpPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn rx_queues(&self) -> usize {
+        self.queues.len()
+    }
+    fn tx_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        let zc = self.zero_copy;
+        let Some(q) = self.queues.get_mut(queue) else {
+            return 0;
+        };
+        // Keep earlier sends moving even when nothing new is sent.
+        if q.tx_pending() {
+            if let Err(e) = q.kick(zc) {
+                self.error.get_or_insert(PortError::os(
+                    &self.name,
+                    format!("sending on `{}`", self.ifname),
+                    e,
+                ));
+            }
+        }
+        q.rx(&self.pool, batch)
+    }
+
+    fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        let zc = self.zero_copy;
+        let Some(q) = self.queues.get_mut(queue) else {
+            return 0;
+        };
+        let n = q.tx(batch);
+        if let Err(e) = q.kick(zc) {
+            self.error.get_or_insert(PortError::os(
+                &self.name,
+                format!("sending on `{}`", self.ifname),
+                e,
+            ));
+        }
+        n
+    }
+
+    fn queue_stats(&self, queue: usize) -> QueueStats {
+        let Some(q) = self.queues.get(queue) else {
+            return QueueStats::default();
+        };
+        let mut s = q.stats;
+        let mut k = libc::xdp_statistics {
+            rx_dropped: 0,
+            rx_invalid_descs: 0,
+            tx_invalid_descs: 0,
+            rx_ring_full: 0,
+            rx_fill_ring_empty_descs: 0,
+            tx_ring_empty_descs: 0,
+        };
+        if sys::getsockopt(q.fd.as_fd(), libc::SOL_XDP, libc::XDP_STATISTICS, &mut k).is_ok() {
+            s.rx_dropped += k.rx_dropped + k.rx_ring_full;
+            s.rx_errors += k.rx_invalid_descs;
+            // Frames we put on the TX ring that the kernel then refused
+            // (longer than the MTU): errors, not sent.
+            s.tx_packets = s.tx_packets.saturating_sub(k.tx_invalid_descs);
+            s.tx_errors += k.tx_invalid_descs;
+        }
+        s
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    fn take_error(&mut self) -> Option<PortError> {
+        self.error.take()
     }
 }
