@@ -10,3 +10,4 @@ mod runtime;
 pub mod pipeline;
 pub mod args;
 pub mod modules;
+pub mod harness;

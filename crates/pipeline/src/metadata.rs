@@ -28,7 +28,9 @@
 //! naming the attribute. A writer whose value nobody reads gets no space
 //! (its writes are skipped).
 
-use nfkit_hw::pool::META_SIZE;
+pub use nfkit_hw::pool::META_SIZE;
+/// Bytes of per-packet metadata (the pool's metadata area).
+pub const META_SIZE_BYTES: usize = META_SIZE;
 use nfkit_hw::PktBuf;
 use std::collections::BTreeMap;
 

@@ -82,17 +82,6 @@ impl Runtime {
         (packets, bits)
     }
 
-    /// Deliver a batch to input gate `igate` of module `m` (for tests and
-    /// injection); what the module leaves in it is dropped and counted.
-    pub fn inject(&mut self, m: usize, igate: usize, batch: &mut Batch, now: u64) {
-        if let Some(slot) = self.slots.get(m).and_then(|s| s.as_ref()) {
-            if let Some(c) = slot.igate_counters.get(igate) {
-                c.count(batch.len() as u64, batch_bits(batch));
-            }
-        }
-        self.process(m, igate, batch, now);
-    }
-
     fn process(&mut self, m: usize, igate: usize, batch: &mut Batch, now: u64) {
         let worker = self.worker;
         let Some(slot) = self.slots.get_mut(m).and_then(|s| s.as_mut()) else {
