@@ -108,9 +108,10 @@ pub fn checks(sys: &System) -> Vec<Check> {
     } else {
         Check::bad("/dev/net/tun missing (tap: ports)", "modprobe tun")
     });
-    let bpffs = sys
-        .read("/proc/mounts")
-        .is_some_and(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf")));
+    let bpffs = sys.read("/proc/mounts").is_some_and(|m| {
+        m.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("bpf"))
+    });
     out.push(if bpffs {
         Check::ok("bpffs mounted")
     } else {
@@ -127,10 +128,13 @@ pub fn checks(sys: &System) -> Vec<Check> {
 }
 
 fn hugepage_check(sys: &System) -> Check {
-    match (meminfo(sys, "HugePages_Total:"), meminfo(sys, "HugePages_Free:")) {
-        (Some(total), Some(free)) if free > 0 => {
-            Check::ok(format!("{free} of {total} hugepages free (pci: ports over uio)"))
-        }
+    match (
+        meminfo(sys, "HugePages_Total:"),
+        meminfo(sys, "HugePages_Free:"),
+    ) {
+        (Some(total), Some(free)) if free > 0 => Check::ok(format!(
+            "{free} of {total} hugepages free (pci: ports over uio)"
+        )),
         (Some(total), _) => Check::bad(
             format!("no free hugepages ({total} reserved): pci: ports over uio need them"),
             "echo 512 > /proc/sys/vm/nr_hugepages",
@@ -140,9 +144,10 @@ fn hugepage_check(sys: &System) -> Check {
 }
 
 fn hugetlbfs_check(sys: &System) -> Check {
-    let mounted = sys
-        .read("/proc/mounts")
-        .is_some_and(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")));
+    let mounted = sys.read("/proc/mounts").is_some_and(|m| {
+        m.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+    });
     if mounted {
         Check::ok("hugetlbfs mounted (needed by DPDK peers and vhost-user shared memory)")
     } else {
@@ -169,7 +174,9 @@ fn iommu_check(sys: &System) -> Check {
             "modprobe vfio-pci",
         );
     }
-    Check::ok(format!("{groups} IOMMU groups and /dev/vfio/vfio (vfio: ports)"))
+    Check::ok(format!(
+        "{groups} IOMMU groups and /dev/vfio/vfio (vfio: ports)"
+    ))
 }
 
 fn read_hex(path: &Path) -> Option<u16> {
@@ -187,7 +194,9 @@ fn device_checks(sys: &System) -> Vec<Check> {
     for e in entries {
         let p = e.path();
         let addr = e.file_name().to_string_lossy().to_string();
-        let (Some(vendor), Some(device)) = (read_hex(&p.join("vendor")), read_hex(&p.join("device"))) else {
+        let (Some(vendor), Some(device)) =
+            (read_hex(&p.join("vendor")), read_hex(&p.join("device")))
+        else {
             continue;
         };
         let kind = match (vendor, device) {
@@ -251,7 +260,11 @@ mod tests {
     fn fake_system_reports_fixes() {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
-        write(r, "proc/meminfo", "HugePages_Total:       0\nHugePages_Free:        0\n");
+        write(
+            r,
+            "proc/meminfo",
+            "HugePages_Total:       0\nHugePages_Free:        0\n",
+        );
         write(r, "proc/mounts", "proc /proc proc rw 0 0\n");
         write(r, "sys/bus/pci/devices/0000:03:00.0/vendor", "0x8086\n");
         write(r, "sys/bus/pci/devices/0000:03:00.0/device", "0x10fb\n");
@@ -268,8 +281,16 @@ mod tests {
             euid_is_root: false,
         };
         let text = report(&checks(&sys));
-        assert!(text.contains("echo 512 > /proc/sys/vm/nr_hugepages"), "{text}");
-        assert!(text.contains("0000:03:00.0: Intel 82599ES SFI/SFP+, driver ixgbe: bound to the kernel driver"), "{text}");
+        assert!(
+            text.contains("echo 512 > /proc/sys/vm/nr_hugepages"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "0000:03:00.0: Intel 82599ES SFI/SFP+, driver ixgbe: bound to the kernel driver"
+            ),
+            "{text}"
+        );
         assert!(text.contains("0000:00:04.0: VirtIO-net (legacy/transitional), driver none: usable as pci:0000:00:04.0"), "{text}");
         assert!(text.contains("boot with intel_iommu=on"), "{text}");
         assert!(text.contains("not root"), "{text}");

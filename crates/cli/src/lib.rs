@@ -1,6 +1,9 @@
 //! The `nfkit` command's library: each subcommand is a module.
 #![forbid(unsafe_code)]
 
+pub mod demo;
 pub mod doctor;
+pub mod ixgbe_port;
+pub mod lab;
 pub mod pktgen;
 pub mod stats;

@@ -42,7 +42,10 @@ impl FromStr for Sizes {
     /// `60` or `60-1514`.
     fn from_str(s: &str) -> Result<Sizes> {
         let parse = |v: &str| -> Result<usize> {
-            let n: usize = v.trim().parse().map_err(|_| anyhow::anyhow!("`{v}` is not a frame size"))?;
+            let n: usize = v
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("`{v}` is not a frame size"))?;
             if !(MIN_FRAME..=MAX_FRAME).contains(&n) {
                 bail!("frame size {n} is outside {MIN_FRAME}..={MAX_FRAME} (bytes without CRC)");
             }
@@ -189,7 +192,13 @@ impl Generator {
 
     /// Fill `batch` with as many new frames as the rate allows at
     /// `elapsed` since start (and buffers allow); returns how many.
-    pub fn fill(&mut self, batch: &mut Batch, cache: &mut PoolCache, elapsed: Duration, max: usize) -> usize {
+    pub fn fill(
+        &mut self,
+        batch: &mut Batch,
+        cache: &mut PoolCache,
+        elapsed: Duration,
+        max: usize,
+    ) -> usize {
         let n = self.allowance(elapsed, max.min(batch.room()));
         let now_ns = elapsed.as_nanos() as u64;
         let mut made = 0;
@@ -237,7 +246,10 @@ pub struct Stamp {
 
 /// Read the generator's stamp from a frame, if it is one of ours.
 pub fn stamp(frame: &[u8]) -> Option<Stamp> {
-    if frame.len() < MIN_FRAME || frame[42..44] != MAGIC.to_be_bytes() || frame[12..14] != [0x08, 0x00] {
+    if frame.len() < MIN_FRAME
+        || frame[42..44] != MAGIC.to_be_bytes()
+        || frame[12..14] != [0x08, 0x00]
+    {
         return None;
     }
     Some(Stamp {
@@ -263,7 +275,8 @@ impl Default for Receiver {
             foreign: 0,
             reordered: 0,
             next_seq: 0,
-            latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid histogram bounds"),
+            latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                .expect("valid histogram bounds"),
         }
     }
 }
@@ -282,7 +295,9 @@ impl Receiver {
         } else {
             self.next_seq = s.seq + 1;
         }
-        let _ = self.latency_ns.record(now_ns.saturating_sub(s.sent_ns).max(1));
+        let _ = self
+            .latency_ns
+            .record(now_ns.saturating_sub(s.sent_ns).max(1));
     }
 
     /// Loss given how many were sent.
@@ -332,7 +347,10 @@ mod tests {
                 panic!("not IPv4")
             };
             assert_eq!(ip.header().total_len() as usize, p.len() - 14);
-            assert_eq!(ip.header().header_checksum(), ip.header().to_header().calc_header_checksum());
+            assert_eq!(
+                ip.header().header_checksum(),
+                ip.header().to_header().calc_header_checksum()
+            );
             assert_eq!(stamp(p.data()).unwrap().seq, i as u64);
             rx.observe(p.data(), 10_000);
         }
@@ -351,9 +369,18 @@ mod tests {
             ..GenConfig::default()
         });
         let mut batch = Batch::new();
-        assert_eq!(g.fill(&mut batch, &mut cache, Duration::from_millis(10), 64), 10);
-        assert_eq!(g.fill(&mut batch, &mut cache, Duration::from_millis(10), 64), 0);
-        assert_eq!(g.fill(&mut batch, &mut cache, Duration::from_millis(20), 64), 10);
+        assert_eq!(
+            g.fill(&mut batch, &mut cache, Duration::from_millis(10), 64),
+            10
+        );
+        assert_eq!(
+            g.fill(&mut batch, &mut cache, Duration::from_millis(10), 64),
+            0
+        );
+        assert_eq!(
+            g.fill(&mut batch, &mut cache, Duration::from_millis(20), 64),
+            10
+        );
     }
 
     #[test]
