@@ -79,8 +79,206 @@ fn missing_interfaces_are_clear_errors() {
 fn afxdp_forwards_real_traffic() {
     require_root!();
     require_tool!("ping");
-    let net = TwoHosts::new().unwrap();
+    let net = TwoHosts::with_queues(2).unwrap();
     let a = open_spec(&format!("afxdp:{},mode=copy", net.a.host_end));
-    let b = open_spec(&format!("afxdp:{}", net.b.host_end));
+    // Both queues of b, each with its socket; auto mode falls back to
+    // copy on veth.
+    let b = open_spec(&format!("afxdp:{}:0,queues=2", net.b.host_end));
+    assert_eq!(b.rx_queues(), 2);
     traffic(&net, Forwarder::start(a, b), true);
+}
+
+/// Replay real captures out of one end of a veth pair with AF_PACKET and
+/// capture them on the other end: every frame that fits the MTU arrives
+/// unchanged and in order (VLAN tags the kernel takes out on receive are
+/// put back); longer ones are counted as TX errors.
+#[test]
+fn pcap_replayed_onto_veth_arrives_frame_by_frame() {
+    require_root!();
+    use common::{frames_of, real_capture};
+    use nfkit_port::Batch;
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    for end in [&veth.a, &veth.b] {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{end}/disable_ipv6"), "1");
+    }
+    let mut capture = open_spec(&format!("afpacket:{}", veth.b));
+    let mut checked = 0;
+    for name in [
+        "TCP_SACK.pcap",
+        "QinQ.pcap.pcap",
+        "ICMP_across_dot1q.pcap",
+        "vxlan.pcap",
+    ] {
+        let path = match real_capture("pdu", "tests/pcaps", name) {
+            Ok(p) => p,
+            Err(why) => {
+                eprintln!("SKIP: {name}: {why}");
+                continue;
+            }
+        };
+        let expected: Vec<Vec<u8>> = frames_of(&path)
+            .into_iter()
+            .filter(|f| f.len() <= 1514)
+            .collect();
+        let mut src = open_spec(&format!("pcap:{}", path.display()));
+        let mut out = open_spec(&format!("afpacket:{}", veth.a));
+        let mut batch = Batch::new();
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut rx = Batch::new();
+        let mut drain = |got: &mut Vec<Vec<u8>>| {
+            capture.rx_batch(0, &mut rx);
+            got.extend(rx.drain().map(|p| p.data().to_vec()));
+        };
+        while !src.rx_done() {
+            src.rx_batch(0, &mut batch);
+            while !batch.is_empty() {
+                out.tx_batch(0, &mut batch);
+                drain(&mut got);
+            }
+        }
+        nfkit_testkit::wait_for(std::time::Duration::from_secs(5), || {
+            drain(&mut got);
+            is_subsequence(&expected, &got)
+        });
+        assert!(
+            is_subsequence(&expected, &got),
+            "{name}: sent {} frames, captured {} (first differing frame shown in debug)",
+            expected.len(),
+            got.len()
+        );
+        let s = out.stats();
+        assert_eq!(s.tx_packets as usize, expected.len(), "{name}");
+        checked += 1;
+    }
+    if checked == 0 {
+        eprintln!("SKIP: no captures of the pdu crate found");
+    }
+}
+
+/// Whether `want` appears in `got` in order (other frames the kernel sends
+/// on the link may be interleaved).
+fn is_subsequence(want: &[Vec<u8>], got: &[Vec<u8>]) -> bool {
+    let mut it = got.iter();
+    want.iter().all(|w| it.any(|g| g == w))
+}
+
+/// Opening kernel ports without privileges names the fix. As root, the
+/// test runs itself again as `nobody` without capabilities (setpriv).
+#[test]
+fn unprivileged_open_names_the_fix() {
+    if !nfkit_testkit::is_root() {
+        check_unprivileged_errors();
+        return;
+    }
+    require_tool!("setpriv");
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ])
+        .arg(&exe)
+        .args(["--exact", "unprivileged_child", "--ignored", "--nocapture"])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if text.contains("Permission denied")
+        && text.contains("os error 13")
+        && !text.contains("test result")
+    {
+        nfkit_testkit::skip!("the test binary is not executable by `nobody`: {text}");
+    }
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+}
+
+#[test]
+#[ignore = "run by unprivileged_open_names_the_fix as an unprivileged user"]
+fn unprivileged_child() {
+    check_unprivileged_errors();
+}
+
+fn check_unprivileged_errors() {
+    let o = OpenOptions::default();
+    for (spec, fix) in [
+        ("afpacket:lo", "needs root or CAP_NET_RAW"),
+        ("tap:nkperm0", "root or CAP_NET_ADMIN"),
+        ("afxdp:lo", "AF_XDP needs root"),
+    ] {
+        let e = open(&spec.parse::<PortSpec>().unwrap(), &o)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&format!("port `{spec}")) && e.contains(fix),
+            "{spec}: {e}"
+        );
+    }
+}
+
+/// A frame longer than the MTU is refused by the kernel: counted as a TX
+/// error, the rest of the batch still goes out.
+#[test]
+fn afpacket_frame_longer_than_the_mtu_is_a_counted_error() {
+    require_root!();
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    let mut p = open_spec(&format!("afpacket:{}", veth.a));
+    let mut batch = nfkit_port::Batch::new();
+    for len in [100, 1800, 100] {
+        let mut b = p.pool().alloc().unwrap();
+        b.copy_from(&vec![0x02; len]).unwrap();
+        batch.push(b);
+    }
+    let mut sent = 0;
+    for _ in 0..10 {
+        sent += p.tx_batch(0, &mut batch);
+        if batch.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(sent, 3);
+    let s = p.stats();
+    assert_eq!((s.tx_packets, s.tx_errors), (2, 1), "{s:?}");
+}
+
+#[test]
+fn mtu_larger_than_a_buffer_is_a_clear_error() {
+    require_root!();
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    nfkit_testkit::ip(&["link", "set", &veth.a, "mtu", "9000"]).unwrap();
+    let spec = format!("afpacket:{}", veth.a);
+    let e = open(&spec.parse::<PortSpec>().unwrap(), &OpenOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains(&spec) && e.contains("MTU 9000") && e.contains("ip link set"),
+        "{e}"
+    );
+}
+
+#[test]
+fn zero_copy_on_veth_says_to_use_copy_mode() {
+    require_root!();
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    let spec = format!("afxdp:{},mode=zc", veth.a);
+    let e = open(&spec.parse::<PortSpec>().unwrap(), &OpenOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("mode=copy"), "{e}");
+    // And a queue the device does not have.
+    let spec = format!("afxdp:{}:5", veth.a);
+    let e = open(&spec.parse::<PortSpec>().unwrap(), &OpenOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("queue 5"), "{e}");
 }

@@ -287,10 +287,22 @@ pub struct Veth {
 impl Veth {
     /// A new pair in the current namespace, both ends up.
     pub fn new() -> Result<Veth> {
+        Veth::with_queues(1)
+    }
+
+    /// A new pair with `queues` RX and TX queues on each end (for
+    /// multi-queue ports; veth spreads flows over them), both ends up.
+    pub fn with_queues(queues: usize) -> Result<Veth> {
         sweep_stale();
         let base = unique_name("v");
         let (a, b) = (format!("{base}a"), format!("{base}b"));
-        ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
+        let q = queues.to_string();
+        let qs = ["numrxqueues", &q, "numtxqueues", &q];
+        let mut args = vec!["link", "add", &a];
+        args.extend(qs);
+        args.extend(["type", "veth", "peer", "name", &b]);
+        args.extend(qs);
+        ip(&args)?;
         let v = Veth { a, b, a_ns: None };
         ip(&["link", "set", &v.a, "up"])?;
         ip(&["link", "set", &v.b, "up"])?;
@@ -362,8 +374,13 @@ pub struct TwoHosts {
 
 impl TwoHosts {
     pub fn new() -> Result<TwoHosts> {
-        let a = Host::new("10.99.0.1")?;
-        let b = Host::new("10.99.0.2")?;
+        TwoHosts::with_queues(1)
+    }
+
+    /// Veth pairs with `queues` queues per end.
+    pub fn with_queues(queues: usize) -> Result<TwoHosts> {
+        let a = Host::new("10.99.0.1", queues)?;
+        let b = Host::new("10.99.0.2", queues)?;
         let off = offloads_off(&a.ns, &a.dev)? & offloads_off(&b.ns, &b.dev)?;
         Ok(TwoHosts {
             a,
@@ -374,9 +391,9 @@ impl TwoHosts {
 }
 
 impl Host {
-    fn new(ip: &str) -> Result<Host> {
+    fn new(ip: &str, queues: usize) -> Result<Host> {
         let ns = Netns::new()?;
-        let mut veth = Veth::new()?;
+        let mut veth = Veth::with_queues(queues)?;
         veth.move_a(&ns, &format!("{ip}/24"))?;
         Ok(Host {
             dev: veth.a.clone(),

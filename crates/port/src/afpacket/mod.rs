@@ -54,7 +54,6 @@ impl AfPacketPort {
     ) -> Result<AfPacketPort, PortError> {
         let ifindex = interface_index(name, &spec.iface)?;
         let pool = software_pool(name, opts.pool_buffers)?;
-        check_mtu(name, &spec.iface, pool.data_room())?;
         let fanout = (spec.queues > 1).then(|| {
             let id =
                 (std::process::id() ^ (NEXT_FANOUT.fetch_add(1, Ordering::Relaxed) << 8)) & 0xffff;
@@ -63,6 +62,7 @@ impl AfPacketPort {
         let queues = (0..spec.queues)
             .map(|_| open_queue(name, ifindex, opts.ring_size, fanout))
             .collect::<Result<Vec<_>, _>>()?;
+        check_mtu(name, &spec.iface, pool.data_room())?;
         Ok(AfPacketPort {
             name: name.to_string(),
             ifname: spec.iface.clone(),
