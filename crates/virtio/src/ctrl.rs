@@ -46,8 +46,9 @@ impl ControlQueue {
         size: u16,
         index: u16,
     ) -> Result<Self, VirtioError> {
-        // Commands are synchronous: a handful of descriptors is plenty.
-        let vq = Virtqueue::new(dma, kind, size.min(16), false)?;
+        // `size` is what the transport settled: a legacy device's ring
+        // size is fixed by the device and the layout must match it.
+        let vq = Virtqueue::new(dma, kind, size, false)?;
         let buf = dma.allocate(4096, true)?;
         Ok(ControlQueue { vq, buf, index })
     }
