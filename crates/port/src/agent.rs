@@ -35,6 +35,12 @@ pub struct AgentStats {
 /// batches are made once, here.
 pub struct AgentAdapter {
     rx: Batch,
+    outs: Outputs,
+}
+
+/// Per-output batches and the counters, apart from the RX batch so that
+/// packets can be drained from one into the other.
+struct Outputs {
     out: Vec<Batch>,
     lens: Vec<usize>,
     stats: AgentStats,
@@ -45,20 +51,22 @@ impl AgentAdapter {
     pub fn new(ports: usize) -> AgentAdapter {
         AgentAdapter {
             rx: Batch::new(),
-            out: (0..ports).map(|_| Batch::new()).collect(),
-            lens: vec![0; ports],
-            stats: AgentStats {
-                received: vec![0; ports],
-                discarded: vec![0; ports],
-                requested: vec![0; ports],
-                sent: vec![0; ports],
-                dropped: vec![0; ports],
+            outs: Outputs {
+                out: (0..ports).map(|_| Batch::new()).collect(),
+                lens: vec![0; ports],
+                stats: AgentStats {
+                    received: vec![0; ports],
+                    discarded: vec![0; ports],
+                    requested: vec![0; ports],
+                    sent: vec![0; ports],
+                    dropped: vec![0; ports],
+                },
             },
         }
     }
 
     pub fn stats(&self) -> &AgentStats {
-        &self.stats
+        &self.outs.stats
     }
 
     /// One round: every RX queue of every port, through that port's
@@ -71,10 +79,10 @@ impl AgentAdapter {
     where
         H: FnMut(&mut [u8], usize, &mut [usize]),
     {
+        let count = self.outs.out.len();
         assert!(
-            ports.len() == self.out.len() && handlers.len() == self.out.len(),
-            "AgentAdapter made for {} ports, given {} ports and {} handlers",
-            self.out.len(),
+            ports.len() == count && handlers.len() == count,
+            "AgentAdapter made for {count} ports, given {} ports and {} handlers",
             ports.len(),
             handlers.len()
         );
@@ -86,13 +94,11 @@ impl AgentAdapter {
                     continue;
                 }
                 total += n;
-                self.stats.received[input] += n as u64;
-                let mut rx = std::mem::take(&mut self.rx);
-                for pkt in rx.drain() {
-                    self.handle(input, pkt, &mut handlers[input], ports, q);
+                self.outs.stats.received[input] += n as u64;
+                for pkt in self.rx.drain() {
+                    self.outs.handle(input, pkt, &mut handlers[input], ports, q);
                 }
-                self.rx = rx;
-                self.flush_all(ports, q);
+                self.outs.flush_all(ports, q);
             }
         }
         total
@@ -109,7 +115,9 @@ impl AgentAdapter {
             }
         }
     }
+}
 
+impl Outputs {
     fn handle<H>(
         &mut self,
         input: usize,

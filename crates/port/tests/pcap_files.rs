@@ -204,3 +204,54 @@ fn real_corrupt_pcapng_is_rejected() {
         Err(why) => eprintln!("SKIP: {why}"),
     }
 }
+
+/// A TinyNF-style handler on capture ports: every frame of a real capture
+/// gets its first byte rewritten and goes out twice (once cut to 60
+/// bytes), through the agent adapter.
+#[test]
+fn agent_handler_runs_over_capture_ports() {
+    use nfkit_port::agent::AgentAdapter;
+    let path = match real_capture("pdu", "tests/pcaps", "TCP_SACK.pcap") {
+        Ok(p) => p,
+        Err(why) => nfkit_testkit::skip!("{why}"),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (o1, o2) = (dir.path().join("full.pcap"), dir.path().join("cut.pcap"));
+    let mut input = open_spec(&format!("pcap:rx={},tx={}", path.display(), o1.display())).unwrap();
+    let mut cut = open_spec(&format!("pcap-out:{}", o2.display())).unwrap();
+    let mut ports: [&mut dyn Port; 2] = [&mut *input, &mut *cut];
+    let mut handlers = [
+        |buf: &mut [u8], len: usize, out: &mut [usize]| {
+            buf[0] = 0xaa;
+            out[0] = len;
+            out[1] = len.min(60);
+        },
+        |_: &mut [u8], _: usize, _: &mut [usize]| {},
+    ];
+    let mut agent = AgentAdapter::new(2);
+    while !ports[0].rx_done() {
+        agent.poll(&mut ports, &mut handlers);
+    }
+    let s = agent.stats().clone();
+    drop(ports);
+    drop(input);
+    drop(cut);
+    let frames = frames_of(&path);
+    let expect_full: Vec<Vec<u8>> = frames
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            f[0] = 0xaa;
+            f
+        })
+        .collect();
+    let expect_cut: Vec<Vec<u8>> = expect_full
+        .iter()
+        .map(|f| f[..f.len().min(60)].to_vec())
+        .collect();
+    assert_eq!(frames_of(&o1), expect_full);
+    assert_eq!(frames_of(&o2), expect_cut);
+    assert_eq!(s.received[0] as usize, frames.len());
+    assert_eq!(s.sent, vec![frames.len() as u64; 2]);
+    assert_eq!(s.dropped, vec![0, 0]);
+}

@@ -161,12 +161,10 @@ impl Replay {
         !self.capture.frames().is_empty()
     }
 
-    /// Whether frame `next` is due (always, unless replaying at the file's
-    /// pace).
-    fn due(&mut self, now: Instant) -> bool {
-        if self.timing == Timing::Fast {
-            return true;
-        }
+    /// Whether frame `next` is due: always when replaying fast (`now` is
+    /// `None`), else once its gap from the pass's first frame has passed.
+    fn due(&mut self, now: Option<Instant>) -> bool {
+        let Some(now) = now else { return true };
         let start = *self.pass_start.get_or_insert(now);
         let ts = self.capture.frames()[self.next].ts;
         ts.saturating_sub(self.first_ts) <= now - start
@@ -180,11 +178,7 @@ impl Port for PcapPort {
 
     fn rx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
         let Some(r) = &mut self.replay else { return 0 };
-        let now = match r.timing {
-            Timing::File => Instant::now(),
-            // Not read when replaying fast; any value will do.
-            Timing::Fast => r.pass_start.unwrap_or_else(Instant::now),
-        };
+        let now = (r.timing == Timing::File).then(Instant::now);
         let mut n = 0;
         while !batch.is_full() && r.wrap() && r.due(now) {
             let frame = r.capture.frames()[r.next];
