@@ -1,0 +1,137 @@
+//! Property tests (stable, part of `cargo test`) of what a hostile
+//! vhost-user frontend controls: the descriptor rings it shares and the
+//! bytes it sends on the socket. The same properties are fuzzed by the
+//! targets in `fuzz/` (nightly).
+
+use nfkit_hw::sim::SimDma;
+use nfkit_hw::{DmaAllocator, Mempool};
+use nfkit_virtio::vhost_user::device::{pop_tx, push_rx, Moved};
+use nfkit_virtio::vhost_user::memory::{FrontendMemory, RegionDesc};
+use nfkit_virtio::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
+use nfkit_virtio::MemfdArena;
+use proptest::prelude::*;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use virtio_queue::{Queue, QueueT};
+use vm_memory::GuestAddress;
+
+const QSIZE: u16 = 16;
+
+/// One descriptor as the frontend wrote it: an offset into the shared
+/// memory (possibly past its end), or with `far`, an arbitrary address.
+type RawDesc = (u64, bool, u32, u16, u16);
+
+/// Shared memory holding rings whose every byte the "frontend" chose.
+fn hostile_queue(
+    desc: &[RawDesc],
+    avail: &[u16],
+    avail_idx: u16,
+) -> (MemfdArena, FrontendMemory, Queue) {
+    let arena = MemfdArena::new("hostile", 64 * 1024).unwrap();
+    let ring = arena.allocate(4096, true).unwrap();
+    for (i, &(off, far, len, flags, next)) in desc.iter().enumerate().take(QSIZE as usize) {
+        let addr = if far {
+            off.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        } else {
+            arena.base_addr().wrapping_add(off)
+        };
+        ring.write_u64(i * 16, addr);
+        ring.write_u32(i * 16 + 8, len);
+        ring.write_u32(i * 16 + 12, flags as u32 | (next as u32) << 16);
+    }
+    let avail_off = 16 * QSIZE as usize;
+    ring.write_u32(avail_off, (avail_idx as u32) << 16);
+    for (i, pair) in avail.chunks(2).enumerate().take(QSIZE as usize / 2) {
+        let hi = pair.get(1).copied().unwrap_or(0) as u32;
+        ring.write_u32(avail_off + 4 + 4 * i, pair[0] as u32 | hi << 16);
+    }
+    let base = arena.base_addr();
+    let region = RegionDesc {
+        guest_phys_addr: base,
+        memory_size: arena.len() as u64,
+        userspace_addr: base,
+        mmap_offset: 0,
+    };
+    let mem = FrontendMemory::map(&[region], vec![arena.file().try_clone().unwrap()]).unwrap();
+    let mut q = Queue::new(QSIZE).unwrap();
+    q.try_set_desc_table_address(GuestAddress(ring.device_addr()))
+        .unwrap();
+    q.try_set_avail_ring_address(GuestAddress(ring.device_addr() + avail_off as u64))
+        .unwrap();
+    q.try_set_used_ring_address(GuestAddress(ring.device_addr() + 2048))
+        .unwrap();
+    q.set_ready(true);
+    std::mem::forget(ring); // the arena owns the memory
+    (arena, mem, q)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever the rings say (indices out of range, loops, lengths past
+    /// the memory, addresses anywhere), walking them neither panics nor
+    /// hangs, and never reports more bytes than it had room for.
+    #[test]
+    fn walking_hostile_descriptor_chains_is_bounded(
+        desc in proptest::collection::vec((0u64..80 * 1024, any::<bool>(), any::<u32>(), 0u16..8, 0u16..40), 16),
+        avail in proptest::collection::vec(0u16..40, 16),
+        avail_idx in any::<u16>(),
+    ) {
+        let (_arena, mem, mut q) = hostile_queue(&desc, &avail, avail_idx);
+        let mut out = [0u8; 2048];
+        for _ in 0..2 * QSIZE {
+            match pop_tx(&mut q, &mem.mem, 12, &mut out) {
+                Moved::Packet(n) => prop_assert!(n <= out.len()),
+                Moved::Empty => break,
+                Moved::Bad => {}
+            }
+        }
+        for _ in 0..2 * QSIZE {
+            if push_rx(&mut q, &mem.mem, 12, &[0x5a; 1500]) == Moved::Empty {
+                break;
+            }
+        }
+    }
+}
+
+fn socket(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("nfkit-hostile-{tag}-{}.sock", std::process::id()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Arbitrary bytes on the socket (random, or a valid header with a
+    /// random body) never take the backend down: a proper frontend can
+    /// connect afterwards.
+    #[test]
+    fn arbitrary_messages_do_not_break_the_backend(
+        code in 0u32..50,
+        flags in prop_oneof![Just(1u32), any::<u32>()],
+        body in proptest::collection::vec(any::<u8>(), 0..300),
+        claim in prop_oneof![Just(None), (0u32..0x2000).prop_map(Some)],
+    ) {
+        let dma = SimDma::new();
+        let pool = Mempool::new(&*dma, "be", 256, 2048).unwrap();
+        let path = socket("msg");
+        let be = VhostUserBackend::listen(BackendConfig { name: "be".into(), path: path.clone(), queue_pairs: 1, mac: [2, 0, 0, 0, 0, 9] }, pool).unwrap();
+        {
+            let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+            s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+            let mut msg = Vec::new();
+            msg.extend_from_slice(&code.to_le_bytes());
+            msg.extend_from_slice(&flags.to_le_bytes());
+            msg.extend_from_slice(&claim.unwrap_or(body.len() as u32).to_le_bytes());
+            msg.extend_from_slice(&body);
+            let _ = s.write_all(&msg);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let start = Instant::now();
+        while be.connected() {
+            prop_assert!(start.elapsed() < Duration::from_secs(5), "backend stuck on a dead frontend");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let fe = vhost_user::connect(&path, &FrontendConfig { pool_size: 256, ..FrontendConfig::default() });
+        prop_assert!(fe.is_ok(), "a good frontend was refused: {:?}", fe.err());
+    }
+}
