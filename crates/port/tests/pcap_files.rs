@@ -233,7 +233,6 @@ fn agent_handler_runs_over_capture_ports() {
         agent.poll(&mut ports, &mut handlers);
     }
     let s = agent.stats().clone();
-    drop(ports);
     drop(input);
     drop(cut);
     let frames = frames_of(&path);
