@@ -3,6 +3,7 @@
 
 pub mod demo;
 pub mod doctor;
+pub mod fwd;
 pub mod ixgbe_port;
 pub mod lab;
 pub mod pktgen;

@@ -34,6 +34,47 @@ enum Cmd {
         #[arg(long, default_value_t = 1024)]
         flows: usize,
     },
+    /// Forward between two ports in both directions, touching each packet.
+    Fwd {
+        /// Two port specs: sim:N, pci:ADDR, afxdp:IFACE[:Q], afpacket:IFACE,
+        /// tap:NAME, pcap:FILE[,timing=file][,loop=N], pcap-out:FILE, null:.
+        #[arg(num_args = 2, required = true)]
+        ports: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Model::Queue)]
+        model: Model,
+        /// Stop after this many seconds (default: Ctrl-C, or the end of a
+        /// finite source).
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// Queues per port (RSS spreads flows over the receive queues).
+        #[arg(long, default_value_t = 1)]
+        queues: usize,
+    },
+    /// Generate UDP traffic with sequence numbers on one or more ports.
+    Pktgen {
+        #[arg(required = true)]
+        ports: Vec<String>,
+        /// Frame size without CRC, or a range for random sizes: 60, 60-1514.
+        #[arg(long, default_value = "60")]
+        size: nfkit::pktgen::Sizes,
+        /// Flows (consecutive UDP source ports).
+        #[arg(long, default_value_t = 1)]
+        flows: u16,
+        /// Packets per second per port.
+        #[arg(long, conflicts_with = "rate_mbit")]
+        rate_pps: Option<f64>,
+        /// Mbit/s per port on the wire (with CRC and framing).
+        #[arg(long)]
+        rate_mbit: Option<f64>,
+        /// Packets per port, then stop.
+        #[arg(long)]
+        count: Option<u64>,
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// Receive the traffic back on the same ports: loss and latency.
+        #[arg(long)]
+        rx: bool,
+    },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
@@ -63,6 +104,49 @@ fn main() -> Result<()> {
             if !r.adds_up() {
                 bail!("the counters do not add up: {r:?}");
             }
+        }
+        Cmd::Fwd {
+            ports,
+            model,
+            seconds,
+            queues,
+        } => nfkit::fwd::run(&nfkit::fwd::FwdArgs {
+            ports: [ports[0].clone(), ports[1].clone()],
+            model,
+            seconds,
+            queues,
+        })?,
+        Cmd::Pktgen {
+            ports,
+            size,
+            flows,
+            rate_pps,
+            rate_mbit,
+            count,
+            seconds,
+            rx,
+        } => {
+            use nfkit::pktgen::{GenConfig, PktgenArgs, RateLimit};
+            let rate = rate_pps
+                .map(RateLimit::Pps)
+                .or(rate_mbit.map(RateLimit::WireMbit));
+            let seconds = if count.is_none() && seconds.is_none() {
+                None
+            } else {
+                seconds
+            };
+            nfkit::pktgen::run(&PktgenArgs {
+                ports,
+                gen: GenConfig {
+                    sizes: size,
+                    flows: flows.max(1),
+                    rate,
+                    ..GenConfig::default()
+                },
+                count,
+                seconds,
+                rx,
+            })?;
         }
         Cmd::Doctor => print!(
             "{}",

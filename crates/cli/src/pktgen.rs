@@ -391,3 +391,131 @@ mod tests {
         assert!("60-9000".parse::<Sizes>().is_err());
     }
 }
+
+/// Settings of the `nfkit pktgen` command.
+#[derive(Debug, Clone)]
+pub struct PktgenArgs {
+    pub ports: Vec<String>,
+    pub gen: GenConfig,
+    /// Stop after this many packets per port.
+    pub count: Option<u64>,
+    pub seconds: Option<u64>,
+    /// Receive the traffic back on the same ports and report loss and
+    /// latency.
+    pub rx: bool,
+}
+
+/// What one port's generator did.
+#[derive(Debug)]
+pub struct PortResult {
+    pub name: String,
+    pub sent: u64,
+    pub receiver: Receiver,
+}
+
+/// Run the generator on every port until the count or time is reached
+/// (or Ctrl-C), printing a TX (and RX) line per port each second.
+pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
+    use crate::lab::{registry, SimLab, SimWire};
+    use nfkit_port::{OpenOptions, Port};
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+
+    // Simulated ports are cabled back to themselves so traffic returns.
+    let lab = SimLab::new(SimWire::Loopback, 1);
+    let reg = registry(lab, 1);
+    let mut ports: Vec<Box<dyn Port>> = args
+        .ports
+        .iter()
+        .map(|s| reg.open_str(s, &OpenOptions::default()))
+        .collect::<Result<_, _>>()?;
+    let mut gens: Vec<Generator> = (0..ports.len())
+        .map(|i| {
+            Generator::new(GenConfig {
+                seed: args.gen.seed + i as u64,
+                ..args.gen.clone()
+            })
+        })
+        .collect();
+    let mut caches: Vec<PoolCache> = ports.iter().map(|p| p.pool().cache(256)).collect();
+    let mut pending: Vec<Batch> = ports.iter().map(|_| Batch::new()).collect();
+    let mut receivers: Vec<Receiver> = ports.iter().map(|_| Receiver::default()).collect();
+    let mut rx = Batch::new();
+    let stop = crate::fwd::stop_flag(args.seconds);
+    let start = Instant::now();
+    let mut last: Vec<_> = ports.iter().map(|p| p.stats()).collect();
+    let mut at = Instant::now();
+    let limit = args.count.unwrap_or(u64::MAX);
+    let mut done_at: Option<Instant> = None;
+    loop {
+        let elapsed = start.elapsed();
+        let mut all_done = true;
+        for i in 0..ports.len() {
+            let room = limit.saturating_sub(gens[i].sent()).min(MAX_BATCH_FILL) as usize;
+            if room > 0 && !stop.load(Ordering::Relaxed) {
+                all_done = false;
+                gens[i].fill(&mut pending[i], &mut caches[i], elapsed, room);
+            }
+            if !pending[i].is_empty() {
+                all_done = false;
+                ports[i].tx_batch(0, &mut pending[i]);
+            }
+            if args.rx {
+                for q in 0..ports[i].rx_queues() {
+                    ports[i].rx_batch(q, &mut rx);
+                    let now = start.elapsed().as_nanos() as u64;
+                    for p in rx.drain() {
+                        receivers[i].observe(p.data(), now);
+                    }
+                }
+            }
+        }
+        if at.elapsed() >= Duration::from_secs(1) {
+            let over = at.elapsed();
+            for (i, p) in ports.iter().enumerate() {
+                let s = p.stats();
+                let [rxl, txl] = crate::stats::diff_lines(p.name(), &last[i], &s, over);
+                println!("{txl}");
+                if args.rx {
+                    println!("{rxl}");
+                }
+                last[i] = s;
+            }
+            at = Instant::now();
+        }
+        if all_done {
+            // give the last frames time to come back
+            let d = *done_at.get_or_insert_with(Instant::now);
+            if !args.rx || d.elapsed() > Duration::from_millis(200) {
+                break;
+            }
+        }
+    }
+    let results: Vec<PortResult> = ports
+        .iter()
+        .zip(gens)
+        .zip(receivers)
+        .map(|((p, g), receiver)| PortResult {
+            name: p.name().to_string(),
+            sent: g.sent(),
+            receiver,
+        })
+        .collect();
+    for r in &results {
+        print!("[Device: {}] sent {} packets", r.name, r.sent);
+        if args.rx {
+            print!(
+                ", received {} back, lost {}, reordered {}; {}",
+                r.receiver.received,
+                r.receiver.lost(r.sent),
+                r.receiver.reordered,
+                r.receiver.latency_line()
+            );
+        }
+        println!();
+    }
+    Ok(results)
+}
+
+/// Most packets one port's generator makes per loop.
+const MAX_BATCH_FILL: u64 = 32;
