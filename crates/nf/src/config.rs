@@ -48,6 +48,8 @@ pub enum ConfigError {
     BadTableSize(usize, usize),
     #[error("load balancer has no backends and heartbeats are off: nothing could ever be served")]
     EmptyBackends,
+    #[error("{given} static backends do not fit in the backend capacity of {capacity}")]
+    TooManyBackends { given: usize, capacity: usize },
     #[error("router: {0}")]
     Router(String),
 }

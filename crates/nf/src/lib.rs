@@ -23,6 +23,8 @@
 mod bridge;
 pub mod config;
 mod firewall;
+mod lb;
+pub mod maglev;
 mod nat;
 mod policer;
 mod rewrite;
@@ -32,6 +34,7 @@ mod verdict;
 pub use bridge::{Bridge, BridgeConfig, MacEntry, StaticEntry};
 pub use config::{ConfigError, Ipv4Prefix, PortRange};
 pub use firewall::{Firewall, FirewallConfig};
+pub use lb::{Backend, BackendSpec, BackendsFull, LbConfig, LoadBalancer};
 pub use nat::{Mapping, Nat, NatConfig};
 pub use policer::{Policer, PolicerConfig};
 pub use verdict::{DropReason, NetworkFunction, NfStats, PortId, PortSet, Verdict};
