@@ -282,3 +282,15 @@ fn zero_copy_on_veth_says_to_use_copy_mode() {
         .to_string();
     assert!(e.contains("queue 5"), "{e}");
 }
+
+#[test]
+fn tap_name_taken_by_another_interface_is_a_clear_error() {
+    require_root!();
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    let spec = format!("tap:{}", veth.a);
+    let e = open(&spec.parse::<PortSpec>().unwrap(), &OpenOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains(&spec) && e.contains("pick another name"), "{e}");
+}
