@@ -24,7 +24,7 @@
 //! discards itself is counted in `rx_dropped`/`tx_dropped` or
 //! `rx_errors`/`tx_errors`.
 //!
-//! `unsafe` in this crate is confined to [`sys`] (raw socket, ioctl and
+//! `unsafe` in this crate is confined to `sys` (raw socket, ioctl and
 //! bpf system calls) and the two ring modules that share memory with the
 //! kernel (`afpacket::ring`, `afxdp::ring`); each block has a
 //! `// SAFETY:` comment.
@@ -40,7 +40,7 @@ pub mod open;
 pub mod pcap;
 pub mod spec;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 pub mod tap;
 
 pub use open::{open, software_pool, OpenOptions, Opener, Registry};

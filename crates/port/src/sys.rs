@@ -157,22 +157,6 @@ pub fn tun_set_iff(fd: BorrowedFd<'_>, name: &str, flags: libc::c_short) -> io::
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// `poll(2)` on one descriptor; returns the revents (0 on timeout).
-pub fn poll_one(
-    fd: BorrowedFd<'_>,
-    events: libc::c_short,
-    timeout_ms: i32,
-) -> io::Result<libc::c_short> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    check(unsafe { libc::poll(&mut p, 1, timeout_ms) })?;
-    Ok(p.revents)
-}
-
 /// `send(fd, NULL, 0, MSG_DONTWAIT)`: the kick that makes the kernel walk
 /// a TX ring.
 pub fn kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {
