@@ -24,10 +24,12 @@ mod bridge;
 pub mod config;
 mod firewall;
 mod lb;
+pub mod lpm;
 pub mod maglev;
 mod nat;
 mod policer;
 mod rewrite;
+mod router;
 pub mod table;
 mod verdict;
 
@@ -37,6 +39,7 @@ pub use firewall::{Firewall, FirewallConfig};
 pub use lb::{Backend, BackendSpec, BackendsFull, LbConfig, LoadBalancer};
 pub use nat::{Mapping, Nat, NatConfig};
 pub use policer::{Policer, PolicerConfig};
+pub use router::{Iface, Neighbor, Route, Router, RouterConfig};
 pub use verdict::{DropReason, NetworkFunction, NfStats, PortId, PortSet, Verdict};
 
 /// A per-instance hash seed, so table collisions cannot be precomputed.
