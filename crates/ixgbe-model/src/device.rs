@@ -239,18 +239,16 @@ impl Device {
             return;
         }
         let mut ctl = self.ctl.lock();
-        loop {
-            // earliest due event first, so a reset's timeline runs in order
-            let Some(i) = ctl
-                .events
+        // earliest due event first, so a reset's timeline runs in order
+        let earliest_due = |ctl: &Control| {
+            ctl.events
                 .iter()
                 .enumerate()
                 .filter(|(_, (t, _))| *t <= now)
                 .min_by_key(|(_, (t, _))| *t)
                 .map(|(i, _)| i)
-            else {
-                break;
-            };
+        };
+        while let Some(i) = earliest_due(&ctl) {
             let (at, e) = ctl.events.swap_remove(i);
             self.fire(&mut ctl, at, e);
         }
@@ -371,7 +369,7 @@ impl Device {
             (Some(_), LinkFault::Up) => true,
             (Some(s), LinkFault::Flapping { period }) => {
                 let p = period.as_nanos().max(1);
-                (now.saturating_sub(s).as_nanos() / p) % 2 == 0
+                (now.saturating_sub(s).as_nanos() / p).is_multiple_of(2)
             }
         }
     }
@@ -699,7 +697,7 @@ impl Device {
             Id::Rdbal | Id::Tdbal if v & 0x7F != 0 => self.strict.record(slot.def.section, || {
                 format!("{name}[{n}] = {v:#010x}: descriptor ring base must be 128-byte aligned")
             }),
-            Id::Rdlen | Id::Tdlen if v % 128 != 0 || v == 0 => self.strict.record(slot.def.section, || {
+            Id::Rdlen | Id::Tdlen if !v.is_multiple_of(128) || v == 0 => self.strict.record(slot.def.section, || {
                 format!("{name}[{n}] = {v}: ring length must be a non-zero multiple of 128 bytes")
             }),
             Id::Tdwbal if v & TDWBAL_HEAD_WB_EN != 0 && v & 0b10 != 0 => self.strict.record("8.2.3.9.11", || {
@@ -762,7 +760,7 @@ impl Device {
         let raw_base = self.regs.get(bal);
         let what = if dir == Dir::Rx { "RX" } else { "TX" };
         let section = if dir == Dir::Rx { "4.6.7" } else { "4.6.8" };
-        if len == 0 || len % 128 != 0 || raw_base & 0x7F != 0 {
+        if len == 0 || !len.is_multiple_of(128) || raw_base & 0x7F != 0 {
             self.strict.record(section, || {
                 format!(
                     "{}[{n}].ENABLE set on an unconfigured {what} queue (base {base:#x}, length {len}); program a 128-byte aligned ring of a multiple of 128 bytes first",

@@ -94,7 +94,7 @@ impl RegFile {
     /// the table (reserved space) or not 4-byte aligned.
     #[inline]
     pub fn slot(&self, offset: usize) -> Option<Slot> {
-        if offset % 4 != 0 || offset >= BAR0_LEN {
+        if !offset.is_multiple_of(4) || offset >= BAR0_LEN {
             return None;
         }
         let w = offset / 4;

@@ -110,6 +110,8 @@ const fn r(
     }
 }
 
+// one argument per table column, so rows read like the datasheet's table
+#[allow(clippy::too_many_arguments)]
 const fn arr(
     name: &'static str,
     offset: u32,

@@ -113,7 +113,7 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &RxFrame) -> Outcome {
         .cfg
         .faults
         .rx_error_every
-        .is_some_and(|n| n > 0 && dp.rx_seen % u64::from(n) == 0);
+        .is_some_and(|n| n > 0 && dp.rx_seen.is_multiple_of(u64::from(n)));
     if inject_error {
         bump(&c.rx_errors_injected, 1);
     }

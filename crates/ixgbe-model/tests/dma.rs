@@ -30,7 +30,11 @@ fn rx_legacy_writes_length_dd_eop_and_keeps_the_address() {
     let (len, dd, eop, err) = rx.legacy(0);
     assert_eq!((len, dd, eop, err), (100, true, true, 0));
     assert_eq!(rx.data(0, 100), f);
-    assert_eq!(rx.qword0(0), rx.bufs.device_addr(), "legacy write-back leaves the buffer address");
+    assert_eq!(
+        rx.qword0(0),
+        rx.bufs.device_addr(),
+        "legacy write-back leaves the buffer address"
+    );
     assert_eq!(b.rd(r::rdh(0)), 1, "RDH advances");
     assert_eq!(b.nic.counters().rx_frames, 1);
     b.assert_clean();
@@ -80,7 +84,10 @@ fn rx_frame_larger_than_a_buffer_spans_descriptors() {
     b.nic.step();
     assert_eq!(rx.legacy(0), (1024, true, false, 0));
     assert_eq!(rx.legacy(1), (476, true, true, 0));
-    assert!(b.flagged("8.2.3.8.7"), "SRRCTL changed while enabled is flagged");
+    assert!(
+        b.flagged("8.2.3.8.7"),
+        "SRRCTL changed while enabled is flagged"
+    );
 }
 
 #[test]
@@ -115,7 +122,11 @@ fn rx_without_drop_en_waits_in_the_packet_buffer() {
     b.nic.step();
     assert_eq!(b.nic.counters().rx_frames, 127);
     assert_eq!(b.nic.counters().rx_missed, 0);
-    assert_eq!(w.rx_pending(), 2, "one frame held for a descriptor, two behind it");
+    assert_eq!(
+        w.rx_pending(),
+        2,
+        "one frame held for a descriptor, two behind it"
+    );
     // the driver returns descriptors: the rest arrives
     for i in 0..3 {
         rx.ring.write_u64(i * 16 + 8, 0);
@@ -139,7 +150,9 @@ fn rx_packet_buffer_overflow_counts_mpc() {
     let _rx = b.rx_queue(0, 128, 0);
     b.enable_rx();
     let w = b.nic.wire();
-    let accepted = (0..20).filter(|&i| w.inject(&udp_frame(MAC, 60, i))).count();
+    let accepted = (0..20)
+        .filter(|&i| w.inject(&udp_frame(MAC, 60, i)))
+        .count();
     assert_eq!(accepted, 8);
     assert_eq!(b.rd(r::mpc(0)), 12);
     assert_eq!(b.nic.counters().rx_fifo_overflow, 12);
@@ -154,8 +167,14 @@ fn unicast_filter_promiscuous_and_broadcast() {
     let other = [0x02, 0, 0, 0, 0, 0x99];
     assert!(w.inject(&udp_frame(MAC, 60, 1)), "our MAC");
     assert!(!w.inject(&udp_frame(other, 60, 1)), "another MAC");
-    assert!(!w.inject(&udp_frame([0xFF; 6], 60, 1)), "broadcast without BAM");
-    assert!(!w.inject(&udp_frame([0x01, 0, 0x5e, 0, 0, 1], 60, 1)), "multicast");
+    assert!(
+        !w.inject(&udp_frame([0xFF; 6], 60, 1)),
+        "broadcast without BAM"
+    );
+    assert!(
+        !w.inject(&udp_frame([0x01, 0, 0x5e, 0, 0, 1], 60, 1)),
+        "multicast"
+    );
     assert_eq!(b.nic.counters().rx_dropped_filter, 3);
     // filters change with RXEN clear (§8.2.3.7.1)
     b.clear(r::RXCTRL, RXEN);
@@ -188,14 +207,19 @@ fn rx_undersize_frames_are_counted_and_dropped() {
 #[test]
 fn rss_spreads_flows_over_queues_by_reta() {
     let b = ready();
-    let rings: Vec<_> = (0..4).map(|q| b.rx_queue(q, 128, DROP_EN | DESCTYPE_ADV)).collect();
+    let rings: Vec<_> = (0..4)
+        .map(|q| b.rx_queue(q, 128, DROP_EN | DESCTYPE_ADV))
+        .collect();
     // RETA entry i -> queue i % 4
     for n in 0..32 {
         b.wr(r::reta(n), 0x0302_0100);
     }
     let key: [u8; 40] = core::array::from_fn(|i| (i as u8).wrapping_mul(37).wrapping_add(11));
     for i in 0..10 {
-        b.wr(r::rssrk(i), u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().unwrap()));
+        b.wr(
+            r::rssrk(i),
+            u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().unwrap()),
+        );
     }
     b.wr(r::MRQC, 1 | (1 << 17) | (1 << 22));
     // per-queue stats: queue q -> counter q
@@ -223,7 +247,10 @@ fn rss_spreads_flows_over_queues_by_reta() {
             assert_eq!((h & 0x7F) as usize % 4, q);
         }
     }
-    assert!(expect.iter().all(|&n| n > 0), "64 flows reach all 4 queues: {expect:?}");
+    assert!(
+        expect.iter().all(|&n| n > 0),
+        "64 flows reach all 4 queues: {expect:?}"
+    );
     b.assert_clean();
 }
 
@@ -275,7 +302,11 @@ fn tx_head_write_back_replaces_dd() {
     tx.bump(&b);
     b.nic.step();
     assert_eq!(tx.head_wb(), 6, "head written to memory");
-    assert_eq!(tx.qword1(last) & DD, 0, "no descriptor write-back with Head_WB_En");
+    assert_eq!(
+        tx.qword1(last) & DD,
+        0,
+        "no descriptor write-back with Head_WB_En"
+    );
     b.assert_clean();
 }
 

@@ -79,13 +79,21 @@ fn ctrl_rst_self_clears_and_restores_defaults() {
     b.set(r::CTRL, MASTER_DISABLE);
     assert!(b.wait(r::STATUS, MASTER_ENABLE_STATUS, 0));
     b.wr(r::CTRL, RST);
-    assert_ne!(b.nic.peek(r::CTRL) & RST, 0, "RST reads set during the reset");
+    assert_ne!(
+        b.nic.peek(r::CTRL) & RST,
+        0,
+        "RST reads set during the reset"
+    );
     b.sleep(Duration::from_millis(1));
     assert_eq!(b.rd(r::CTRL) & RST, 0, "self-clearing after ~1 ms");
     b.sleep(Duration::from_millis(10));
     assert_eq!(b.rd(r::FCTRL), 0);
     assert_eq!(b.rd(r::reta(5)), 0);
-    assert_ne!(b.rd(r::STATUS) & MASTER_ENABLE_STATUS, 0, "reset re-enables mastering");
+    assert_ne!(
+        b.rd(r::STATUS) & MASTER_ENABLE_STATUS,
+        0,
+        "reset re-enables mastering"
+    );
     b.assert_clean();
 }
 
@@ -197,12 +205,19 @@ fn config_space_is_an_82599es_in_d0() {
     let pm = pci.find_capability(0x01).unwrap().expect("PM capability");
     assert_eq!(pci.config_read16(pm + 4).unwrap() & 3, 0, "PMCSR: D0");
     let pcie = pci.find_capability(0x10).unwrap().expect("PCIe capability");
-    assert_eq!(pci.config_read16(pcie + 0x0A).unwrap() & (1 << 5), 0, "no transaction pending");
+    assert_eq!(
+        pci.config_read16(pcie + 0x0A).unwrap() & (1 << 5),
+        0,
+        "no transaction pending"
+    );
     pci.config_write16(4, 0x0406).unwrap();
     assert_eq!(pci.config_read16(4).unwrap(), 0x0406);
     // BAR sizing
     pci.config_write32(0x10, 0xFFFF_FFFF).unwrap();
-    assert_eq!(pci.config_read32(0x10).unwrap() & !0xF, !(128 * 1024 - 1) & !0xF);
+    assert_eq!(
+        pci.config_read32(0x10).unwrap() & !0xF,
+        !(128 * 1024 - 1) & !0xF
+    );
     assert_eq!(b.bar.len(), 128 * 1024);
     assert!(pci.map_bar(1).is_err());
 }

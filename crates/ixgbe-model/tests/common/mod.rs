@@ -156,7 +156,12 @@ impl Bench {
         let clock = VirtualClock::new();
         nic.attach_clock(&clock);
         let bar = nic.pci().map_bar(0).unwrap();
-        Bench { nic, bar, dma, clock }
+        Bench {
+            nic,
+            bar,
+            dma,
+            clock,
+        }
     }
 
     pub fn healthy() -> Bench {
@@ -183,7 +188,11 @@ impl Bench {
     }
 
     pub fn violations(&self) -> Vec<String> {
-        self.nic.violations().iter().map(|v| v.to_string()).collect()
+        self.nic
+            .violations()
+            .iter()
+            .map(|v| v.to_string())
+            .collect()
     }
 
     pub fn assert_clean(&self) {
@@ -193,7 +202,10 @@ impl Bench {
 
     /// Whether a violation citing `section` was recorded.
     pub fn flagged(&self, section: &str) -> bool {
-        self.nic.violations().iter().any(|v| v.section.contains(section))
+        self.nic
+            .violations()
+            .iter()
+            .any(|v| v.section.contains(section))
     }
 
     /// PCI: bus master + memory enable, INTx off (§9.3.3.3).
@@ -208,7 +220,10 @@ impl Bench {
     pub fn init(&self) {
         self.pci_enable();
         self.set(r::CTRL, MASTER_DISABLE);
-        assert!(self.wait(r::STATUS, MASTER_ENABLE_STATUS, 0), "master disable");
+        assert!(
+            self.wait(r::STATUS, MASTER_ENABLE_STATUS, 0),
+            "master disable"
+        );
         self.wr(r::CTRL, RST);
         self.sleep(Duration::from_millis(1));
         self.sleep(Duration::from_millis(10));
@@ -229,7 +244,10 @@ impl Bench {
     }
 
     pub fn wait_link(&self) {
-        assert!(poll_until(&*self.clock, Duration::from_secs(10), || self.rd(r::LINKS) & LINK_UP != 0));
+        assert!(poll_until(&*self.clock, Duration::from_secs(10), || self
+            .rd(r::LINKS)
+            & LINK_UP
+            != 0));
     }
 
     pub fn alloc(&self, size: usize) -> DmaRegion {
@@ -245,7 +263,13 @@ impl Bench {
             ring.write_u64(i * 16 + 8, 0);
         }
         self.program_rx(q, &ring, n, srrctl_extra);
-        RxRing { ring, bufs, n, next: 0, q }
+        RxRing {
+            ring,
+            bufs,
+            n,
+            next: 0,
+            q,
+        }
     }
 
     pub fn program_rx(&self, q: usize, ring: &DmaRegion, n: usize, srrctl_extra: u32) {
@@ -255,7 +279,10 @@ impl Bench {
         self.wr(r::rdlen(q), (n * 16) as u32);
         self.wr(r::srrctl(q), 2 | srrctl_extra);
         self.set(r::rxdctl(q), ENABLE);
-        assert!(self.wait(r::rxdctl(q), ENABLE, ENABLE), "RXDCTL[{q}].ENABLE");
+        assert!(
+            self.wait(r::rxdctl(q), ENABLE, ENABLE),
+            "RXDCTL[{q}].ENABLE"
+        );
         self.wr(r::rdt(q), (n - 1) as u32);
     }
 
@@ -275,7 +302,10 @@ impl Bench {
         }
         self.set(r::DMATXCTL, TE);
         self.set(r::txdctl(q), ENABLE);
-        assert!(self.wait(r::txdctl(q), ENABLE, ENABLE), "TXDCTL[{q}].ENABLE");
+        assert!(
+            self.wait(r::txdctl(q), ENABLE, ENABLE),
+            "TXDCTL[{q}].ENABLE"
+        );
         TxRing {
             ring,
             bufs,
@@ -305,7 +335,12 @@ impl RxRing {
     /// Legacy write-back: (length, DD, EOP, errors byte).
     pub fn legacy(&self, i: usize) -> (usize, bool, bool, u8) {
         let w = self.qword1(i);
-        ((w & 0xFFFF) as usize, w >> 32 & 1 == 1, w >> 33 & 1 == 1, (w >> 40) as u8)
+        (
+            (w & 0xFFFF) as usize,
+            w >> 32 & 1 == 1,
+            w >> 33 & 1 == 1,
+            (w >> 40) as u8,
+        )
     }
     /// Advanced write-back: (length, DD, EOP, RXE, rss type, rss hash).
     pub fn advanced(&self, i: usize) -> (usize, bool, bool, bool, u8, u32) {
@@ -347,8 +382,12 @@ impl TxRing {
     /// (legacy unless `cmd` has DEXT); returns the descriptor index.
     pub fn push(&mut self, frame: &[u8], cmd: u64) -> usize {
         let i = self.tail;
-        self.bufs.slice_mut(i * 2048, frame.len()).unwrap().copy_from_slice(frame);
-        self.ring.write_u64(i * 16, self.bufs.device_addr_at(i * 2048));
+        self.bufs
+            .slice_mut(i * 2048, frame.len())
+            .unwrap()
+            .copy_from_slice(frame);
+        self.ring
+            .write_u64(i * 16, self.bufs.device_addr_at(i * 2048));
         let mut q1 = frame.len() as u64 | cmd;
         if cmd & DEXT != 0 {
             q1 |= (frame.len() as u64) << 46;
