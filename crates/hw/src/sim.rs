@@ -10,7 +10,7 @@ use crate::time::Clock;
 use parking_lot::{Mutex, RwLock};
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -41,10 +41,19 @@ struct Registration {
     backing: SimBacking,
     start: usize,
     len: usize,
+    /// Set when the driver drops its `DmaRegion`: a [`DmaWindow`] may keep
+    /// the memory allocated, but it is no longer DMA memory.
+    freed: AtomicBool,
 }
 
-struct Held(#[allow(dead_code)] Arc<Registration>);
+struct Held(Arc<Registration>);
 impl DmaBacking for Held {}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.freed.store(true, Ordering::Release);
+    }
+}
 
 /// Simulated DMA memory, shared between the driver (which allocates) and
 /// device models (which access by device address).
@@ -88,7 +97,7 @@ impl SimDma {
         let regions = self.regions.read();
         for w in regions.iter() {
             if let Some(r) = w.upgrade() {
-                if a >= r.start && end <= r.start + r.len {
+                if a >= r.start && end <= r.start + r.len && !r.freed.load(Ordering::Acquire) {
                     return Ok(r);
                 }
             }
@@ -160,6 +169,105 @@ impl SimDma {
     }
 }
 
+/// A device-side view of one live DMA allocation, for a device model that
+/// accesses the same rings and buffers over and over (millions of times a
+/// second) without a registry lookup each time. Every access is still
+/// bounds-checked against the allocation and refused once the driver has
+/// freed it.
+#[derive(Clone)]
+pub struct DmaWindow {
+    reg: Arc<Registration>,
+}
+
+impl std::fmt::Debug for DmaWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaWindow")
+            .field("start", &format_args!("{:#x}", self.reg.start))
+            .field("len", &self.reg.len)
+            .finish()
+    }
+}
+
+impl SimDma {
+    /// The window of the live allocation holding `[addr, addr+len)`.
+    pub fn window(&self, addr: u64, len: usize) -> Result<DmaWindow, DmaFault> {
+        let reg = self.find(addr, len)?;
+        if reg.freed.load(Ordering::Acquire) {
+            return Err(DmaFault { addr, len });
+        }
+        Ok(DmaWindow { reg })
+    }
+}
+
+impl DmaWindow {
+    /// Whether the driver still holds this memory.
+    pub fn is_live(&self) -> bool {
+        !self.reg.freed.load(Ordering::Acquire)
+    }
+
+    /// Whether `[addr, addr+len)` is inside this allocation (and it is live).
+    #[inline]
+    pub fn contains(&self, addr: u64, len: usize) -> bool {
+        let Ok(a) = usize::try_from(addr) else { return false };
+        a >= self.reg.start && a.checked_add(len).is_some_and(|e| e <= self.reg.start + self.reg.len) && self.is_live()
+    }
+
+    #[inline]
+    fn check(&self, addr: u64, len: usize, align: usize) -> Result<usize, DmaFault> {
+        if self.contains(addr, len) && (addr as usize).is_multiple_of(align) {
+            Ok(addr as usize)
+        } else {
+            Err(DmaFault { addr, len })
+        }
+    }
+
+    /// Device reads bytes (see [`SimDma::read`]).
+    #[inline]
+    pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), DmaFault> {
+        let a = self.check(addr, out.len(), 1)?;
+        // SAFETY: `check` proved the range is inside this allocation, which
+        // `self.reg` keeps allocated; the driver gave it to the device.
+        unsafe { std::ptr::copy_nonoverlapping(a as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Device writes bytes (see [`SimDma::write`]).
+    #[inline]
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
+        let a = self.check(addr, data.len(), 1)?;
+        // SAFETY: as for `read`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), a as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    /// Device reads a little-endian u64 descriptor word, `Acquire`.
+    #[inline]
+    pub fn read_u64(&self, addr: u64) -> Result<u64, DmaFault> {
+        let a = self.check(addr, 8, 8)?;
+        // SAFETY: inside the allocation and 8-byte aligned.
+        let v = unsafe { (*(a as *const AtomicU64)).load(Ordering::Acquire) };
+        Ok(u64::from_le(v))
+    }
+
+    /// Device writes a little-endian u64 (write-back), `Release`.
+    #[inline]
+    pub fn write_u64(&self, addr: u64, value: u64) -> Result<(), DmaFault> {
+        let a = self.check(addr, 8, 8)?;
+        // SAFETY: inside the allocation and 8-byte aligned.
+        unsafe { (*(a as *const AtomicU64)).store(value.to_le(), Ordering::Release) };
+        Ok(())
+    }
+
+    /// Device writes a little-endian u32 (head write-back), `Release`.
+    #[inline]
+    pub fn write_u32(&self, addr: u64, value: u32) -> Result<(), DmaFault> {
+        let a = self.check(addr, 4, 4)?;
+        // SAFETY: inside the allocation and 4-byte aligned.
+        unsafe { (*(a as *const AtomicU32)).store(value.to_le(), Ordering::Release) };
+        Ok(())
+    }
+}
+
 impl DmaAllocator for SimDma {
     fn allocate(&self, size: usize, _contiguous: bool) -> Result<DmaRegion, HwError> {
         if size == 0 {
@@ -174,6 +282,7 @@ impl DmaAllocator for SimDma {
             backing: SimBacking { ptr, layout },
             start: ptr.as_ptr() as usize,
             len: size,
+            freed: AtomicBool::new(false),
         });
         {
             let mut regions = self.regions.write();
@@ -265,6 +374,24 @@ mod tests {
         assert!(dma.read_u64(base + 3).is_err());
         drop(region);
         assert!(dma.read_u64(base).is_err(), "freed memory is no longer DMA memory");
+    }
+
+    #[test]
+    fn a_window_is_bounded_and_dies_with_the_region() {
+        let dma = SimDma::new();
+        let region = dma.allocate(4096, true).unwrap();
+        let base = region.device_addr();
+        let w = dma.window(base + 64, 8).unwrap();
+        w.write_u64(base + 8, 7).unwrap();
+        assert_eq!(w.read_u64(base + 8).unwrap(), 7);
+        w.write(base + 4090, &[1; 6]).unwrap();
+        assert!(w.write(base + 4095, &[0, 0]).is_err());
+        assert!(w.read_u64(base + 4).is_err(), "unaligned");
+        assert!(!w.contains(base + 4096, 1));
+        drop(region);
+        assert!(!w.is_live());
+        assert!(w.read_u64(base).is_err(), "freed memory is no longer DMA memory");
+        assert!(dma.window(base, 8).is_err());
     }
 
     #[test]
