@@ -52,7 +52,7 @@ const PACKAGES: &[(&str, &str)] = &[
 const GUEST_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// The in-guest modes the harness can run.
-const MODES: &[&str] = &["legacy-uio"];
+const MODES: &[&str] = &["legacy-uio", "modern-uio", "modern-vfio"];
 
 /// `cargo xtask guest ...`
 pub fn main(args: &[String]) -> Result<()> {
@@ -71,7 +71,7 @@ pub fn main(args: &[String]) -> Result<()> {
         }
         Some("shell") => {
             let img = build_image()?;
-            let status = qemu(&img, None).stdin(Stdio::inherit()).status()?;
+            let status = qemu(&img, None, false).stdin(Stdio::inherit()).status()?;
             if !status.success() {
                 bail!("qemu exited with {status}");
             }
@@ -112,7 +112,7 @@ fn run_modes(modes: &[&str]) -> Result<()> {
         let started = Instant::now();
         let script = test_script(mode)?;
         fs::write(img.share.join("run.sh"), script)?;
-        let out = run_guest(&img)?;
+        let out = run_guest(&img, mode.ends_with("vfio"))?;
         let ok = check_output(mode, &out);
         eprintln!(
             "guest {mode}: {} in {:.1?}",
@@ -163,15 +163,24 @@ fn check_output(mode: &str, out: &str) -> bool {
 /// device, left to the kernel's virtio_net) counts what our driver
 /// sends and sends ARP broadcasts for it to receive.
 fn test_script(mode: &str) -> Result<String> {
-    let body = match mode {
-        "legacy-uio" => {
-            r#"
-PEER=$(for d in /sys/class/net/*; do [ "$(cat $d/device/../device 2>/dev/null)" = "0x1041" ] && basename $d; done | head -1)
+    // Ours is the device under test; the peer is the other one, left to
+    // the kernel (in VFIO mode the kernel's virtio_pci is not loaded
+    // until our driver has the device).
+    let (ours, peer) = match mode {
+        "legacy-uio" => ("0x1000", "0x1041"),
+        "modern-uio" | "modern-vfio" => ("0x1041", "0x1000"),
+        other => bail!("unknown guest mode `{other}`"),
+    };
+    let _ = ours;
+    Ok(format!(
+        r#"#!/bin/sh
+echo 64 > /proc/sys/vm/nr_hugepages
+PEER=$(for d in /sys/class/net/*; do [ "$(cat $d/device/../device 2>/dev/null)" = "{peer}" ] && basename $d; done | head -1)
 echo "peer interface: $PEER"
 ip link set "$PEER" up
 ip addr add 10.99.0.1/24 dev "$PEER"
 BEFORE=$(cat /sys/class/net/$PEER/statistics/rx_packets)
-/mnt/host/guest_selftest legacy-uio 1000 8 &
+/mnt/host/guest_selftest {mode} 1000 8 &
 PID=$!
 sleep 4
 arping -c 20 -w 3 -I "$PEER" 10.99.0.2 >/dev/null 2>&1
@@ -180,11 +189,6 @@ echo "exit status $?"
 AFTER=$(cat /sys/class/net/$PEER/statistics/rx_packets)
 echo "CHECK peer_rx=$((AFTER - BEFORE))"
 "#
-        }
-        other => bail!("unknown guest mode `{other}`"),
-    };
-    Ok(format!(
-        "#!/bin/sh\necho 64 > /proc/sys/vm/nr_hugepages\n{body}"
     ))
 }
 
@@ -362,10 +366,13 @@ fn build_test_binary() -> Result<PathBuf> {
 
 /// The QEMU command line: TCG, serial console on stdout, the two NICs
 /// paired by UDP sockets on loopback, the share over 9p.
-fn qemu(img: &Image, script: Option<&str>) -> Command {
+fn qemu(img: &Image, script: Option<&str>, viommu: bool) -> Command {
     let base = 20000 + (std::process::id() % 10000) as u16 * 2;
     let (a, b) = (base, base + 1);
     let mut append = "console=ttyS0 quiet share=hostshare".to_string();
+    if viommu {
+        append.push_str(" intel_iommu=on");
+    }
     if let Some(s) = script {
         append.push_str(&format!(" rdscript={s}"));
     }
@@ -412,8 +419,8 @@ fn qemu(img: &Image, script: Option<&str>) -> Command {
 }
 
 /// Boot the guest on `run.sh` and return its console output.
-fn run_guest(img: &Image) -> Result<String> {
-    let mut child = qemu(img, Some("/mnt/host/run.sh"))
+fn run_guest(img: &Image, viommu: bool) -> Result<String> {
+    let mut child = qemu(img, Some("/mnt/host/run.sh"), viommu)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -17,6 +17,7 @@ use std::time::Instant;
 /// the file) that proves each present.
 const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("ip", "iproute2"),
+    ("ethtool", "ethtool"),
     ("ping", "iputils-ping"),
     ("iperf3", "iperf3"),
     ("socat", "socat"),
