@@ -208,8 +208,13 @@ impl DmaWindow {
     /// Whether `[addr, addr+len)` is inside this allocation (and it is live).
     #[inline]
     pub fn contains(&self, addr: u64, len: usize) -> bool {
-        let Ok(a) = usize::try_from(addr) else { return false };
-        a >= self.reg.start && a.checked_add(len).is_some_and(|e| e <= self.reg.start + self.reg.len) && self.is_live()
+        let Ok(a) = usize::try_from(addr) else {
+            return false;
+        };
+        a >= self.reg.start
+            && a.checked_add(len)
+                .is_some_and(|e| e <= self.reg.start + self.reg.len)
+            && self.is_live()
     }
 
     #[inline]
@@ -390,7 +395,7 @@ mod tests {
         assert!(!w.contains(base + 4096, 1));
         drop(region);
         assert!(!w.is_live());
-        assert!(w.read_u64(base).is_err(), "freed memory is no longer DMA memory");
+        assert!(w.read_u64(base).is_err(), "freed: no longer DMA memory");
         assert!(dma.window(base, 8).is_err());
     }
 
