@@ -50,6 +50,8 @@ pub enum ConfigError {
     EmptyBackends,
     #[error("{given} static backends do not fit in the backend capacity of {capacity}")]
     TooManyBackends { given: usize, capacity: usize },
+    #[error("unknown network function `{name}` (known: {known})")]
+    UnknownNf { name: String, known: &'static str },
     #[error("router: {0}")]
     Router(String),
 }

@@ -15,6 +15,26 @@
 //! | stateful firewall | [`Firewall`] | [`FirewallConfig`] |
 //! | DIR-24-8 LPM router | [`Router`] | [`RouterConfig`] |
 //!
+//! ```
+//! use std::time::Duration;
+//! use nfkit_nf::{Nat, NetworkFunction, Verdict};
+//! use nfkit_packet::FrameBuilder;
+//!
+//! let mut nat = Nat::new("--ext-ip 203.0.113.1 --ports 1024-65535 --expire 60s".parse()?)?;
+//! let frame = FrameBuilder::udp(("10.0.0.5".parse()?, 5555), ("8.8.8.8".parse()?, 53)).build();
+//! let mut buf = [0u8; 2048]; // the packet's whole buffer: NFs may grow a packet
+//! buf[..frame.len()].copy_from_slice(&frame);
+//! let now = Duration::from_secs(1); // read once per batch by the caller
+//! match nat.process(&mut buf, frame.len(), 0 /* LAN */, now) {
+//!     Verdict::Forward { port, len } => assert_eq!((port, len), (1, frame.len())),
+//!     other => panic!("{other:?}"),
+//! }
+//! assert_eq!(nat.stats().forwarded, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`build`] makes any NF from its name and CLI options.
+//!
 //! Flow tables have a fixed capacity allocated at construction
 //! ([`table`]); the data path allocates nothing. Every packet is counted:
 //! `packets_in == forwarded + dropped` ([`NfStats`]).
@@ -28,6 +48,7 @@ pub mod lpm;
 pub mod maglev;
 mod nat;
 mod policer;
+pub mod registry;
 mod rewrite;
 mod router;
 pub mod table;
@@ -39,6 +60,7 @@ pub use firewall::{Firewall, FirewallConfig};
 pub use lb::{Backend, BackendSpec, BackendsFull, LbConfig, LoadBalancer};
 pub use nat::{Mapping, Nat, NatConfig};
 pub use policer::{Policer, PolicerConfig};
+pub use registry::{build, BoxedNf, NFS};
 pub use router::{Iface, Neighbor, Route, Router, RouterConfig};
 pub use verdict::{DropReason, NetworkFunction, NfStats, PortId, PortSet, Verdict};
 

@@ -346,7 +346,13 @@ impl<K: TableKey, V> FlowTable<K, V> {
         self.index.get(k)
     }
 
+    /// Insert `k` (or replace its value if present, making it newest).
     pub fn insert(&mut self, k: K, v: V, now: u64) -> Result<SlotId, TableFull> {
+        if let Some(id) = self.index.get(&k) {
+            self.slots.get_mut(id).1 = v;
+            self.slots.touch(id, now);
+            return Ok(id);
+        }
         let id = self.slots.alloc((k, v), now).ok_or(TableFull)?;
         if !self.index.insert(k, id) {
             self.slots.free(id);
