@@ -1,6 +1,7 @@
 //! The `nfkit` command's library: each subcommand is a module.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod demo;
 pub mod doctor;
 pub mod fwd;

@@ -75,9 +75,39 @@ enum Cmd {
         #[arg(long)]
         rx: bool,
     },
+    /// Benchmarks that print figures.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCmd,
+    },
+    /// (internal) the lock-step run measured under callgrind.
+    #[command(hide = true)]
+    BenchLockstep {
+        #[arg(long, value_enum)]
+        model: Model,
+        #[arg(long, value_enum)]
+        nf: nfkit::bench::Nf,
+        #[arg(long)]
+        packets: u64,
+    },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Agent vs queue model: Mpps per core against the free-running model
+    /// and instructions per packet under callgrind, for TinyNF's no-op,
+    /// MAC write and MAC lookup.
+    Drivers {
+        /// Seconds per free-running measurement.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Packets per callgrind run.
+        #[arg(long, default_value_t = 20_000)]
+        packets: u64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -147,6 +177,13 @@ fn main() -> Result<()> {
                 seconds,
                 rx,
             })?;
+        }
+        Cmd::Bench { what } => match what {
+            BenchCmd::Drivers { seconds, packets } => nfkit::bench::drivers(seconds, packets)?,
+        },
+        Cmd::BenchLockstep { model, nf, packets } => {
+            let n = nfkit::bench::lockstep(model, nf, packets)?;
+            println!("forwarded {n}");
         }
         Cmd::Doctor => print!(
             "{}",

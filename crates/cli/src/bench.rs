@@ -1,0 +1,349 @@
+//! `nfkit bench drivers`: the two driver models compared on equal terms,
+//! with the network functions of TinyNF's Table 4:
+//!
+//! - **no-op**: the packet is not touched;
+//! - **MAC write**: a constant is written to the destination MAC;
+//! - **MAC lookup**: the destination MAC is set from a table indexed by
+//!   the source MAC.
+//!
+//! Two figures per model and function:
+//! - **Mpps per core** forwarding one direction against the free-running
+//!   82599 model (one forwarding thread; the model and the generator run
+//!   on their own threads, so on a 2-core machine they compete with it);
+//! - **instructions per packet** from a lock-step run under callgrind,
+//!   counting only [`driver_round_agent`]/[`driver_round_queue`] (driver
+//!   and function code; the device model's own work runs outside them and
+//!   is excluded).
+
+use crate::ixgbe_port::IxgbePort;
+use crate::lab::{sim_mac, SimLab, SimWire};
+use anyhow::{bail, Context, Result};
+use nfkit_hw::sim::{SimDma, VirtualClock};
+use nfkit_hw::{Batch, Clock};
+use nfkit_ixgbe::{Agent, AgentConfig, Device, DeviceConfig};
+use nfkit_ixgbe_model::{ModelConfig, Nic82599, SimBar, TrafficGen};
+use nfkit_port::Port;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The network functions of TinyNF's Table 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Nf {
+    Noop,
+    MacWrite,
+    MacLookup,
+}
+
+impl Nf {
+    pub const ALL: [Nf; 3] = [Nf::Noop, Nf::MacWrite, Nf::MacLookup];
+
+    fn name(self) -> &'static str {
+        match self {
+            Nf::Noop => "no-op",
+            Nf::MacWrite => "MAC write",
+            Nf::MacLookup => "MAC lookup",
+        }
+    }
+}
+
+pub use crate::demo::Model;
+
+/// Destination MACs by the last byte of the source MAC.
+pub struct MacTable([[u8; 6]; 256]);
+
+impl Default for MacTable {
+    fn default() -> Self {
+        MacTable::new()
+    }
+}
+
+impl MacTable {
+    pub fn new() -> MacTable {
+        let mut t = [[0u8; 6]; 256];
+        for (i, m) in t.iter_mut().enumerate() {
+            *m = [0x02, 0, 0, 0, 0x10, i as u8];
+        }
+        MacTable(t)
+    }
+}
+
+/// Apply `nf` to one frame in place.
+#[inline(always)]
+fn apply(nf: Nf, table: &MacTable, frame: &mut [u8]) {
+    match nf {
+        Nf::Noop => {}
+        Nf::MacWrite => frame[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x99]),
+        Nf::MacLookup => {
+            let dst = table.0[frame[11] as usize];
+            frame[0..6].copy_from_slice(&dst);
+        }
+    }
+}
+
+/// One round of the agent model: handle every waiting packet.
+#[inline(never)]
+pub fn driver_round_agent(agent: &mut Agent<SimBar>, nf: Nf, table: &MacTable) -> usize {
+    let mut handler = |buf: &mut [u8], len: usize, out: &mut [u16]| {
+        apply(nf, table, &mut buf[..len]);
+        out[0] = len as u16;
+    };
+    let mut total = 0;
+    loop {
+        let n = agent.run_once(&mut handler);
+        total += n;
+        if n == 0 {
+            return total;
+        }
+    }
+}
+
+/// One round of the queue model: receive a batch, apply, transmit,
+/// drop what the transmit ring refused.
+#[inline(never)]
+pub fn driver_round_queue(
+    rx: &mut IxgbePort<SimBar>,
+    tx: &mut IxgbePort<SimBar>,
+    batch: &mut Batch,
+    nf: Nf,
+    table: &MacTable,
+) -> usize {
+    let mut total = 0;
+    loop {
+        let n = rx.rx_batch(0, batch);
+        if n == 0 {
+            return total;
+        }
+        total += n;
+        for p in batch.iter_mut() {
+            apply(nf, table, p.data_mut());
+        }
+        tx.tx_batch(0, batch);
+        batch.clear();
+    }
+}
+
+/// Forwarding rate against the free-running model, one direction.
+pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
+    let lab = SimLab::new(
+        SimWire::Load {
+            frame_len: 60,
+            flows: 256,
+        },
+        1,
+    );
+    let devs = [lab.open_device(0, "sim:0")?, lab.open_device(1, "sim:1")?];
+    let table = MacTable::new();
+    lab.start_load();
+    let start = Instant::now();
+    let mut forwarded = 0u64;
+    let warmup = Duration::from_millis(300);
+    let mut measured_from = None;
+    let mut base = 0u64;
+    match model {
+        Model::Agent => {
+            let mut agent = Agent::new(&devs[0], 0, &[(&devs[1], 0)], &AgentConfig::default())?;
+            while start.elapsed().as_secs_f64() < seconds + warmup.as_secs_f64() {
+                forwarded += driver_round_agent(&mut agent, nf, &table) as u64;
+                if measured_from.is_none() && start.elapsed() >= warmup {
+                    measured_from = Some(Instant::now());
+                    base = forwarded;
+                }
+            }
+        }
+        Model::Queue => {
+            let mut rx = IxgbePort::new("sim:0", devs[0].clone(), &**lab.dma())?;
+            let mut tx = IxgbePort::new("sim:1", devs[1].clone(), &**lab.dma())?;
+            let mut batch = Batch::new();
+            while start.elapsed().as_secs_f64() < seconds + warmup.as_secs_f64() {
+                forwarded += driver_round_queue(&mut rx, &mut tx, &mut batch, nf, &table) as u64;
+                if measured_from.is_none() && start.elapsed() >= warmup {
+                    measured_from = Some(Instant::now());
+                    base = forwarded;
+                }
+            }
+        }
+    }
+    lab.stop_load();
+    let from = measured_from.context("the run was shorter than its warm-up")?;
+    Ok((forwarded - base) as f64 / from.elapsed().as_secs_f64() / 1e6)
+}
+
+/// Two lock-step devices on a virtual clock (device work happens only in
+/// `step`, outside the counted driver rounds).
+fn lockstep_pair() -> Result<(
+    Nic82599,
+    Nic82599,
+    Device<SimBar>,
+    Device<SimBar>,
+    Arc<SimDma>,
+)> {
+    let dma = SimDma::new();
+    let clock = VirtualClock::new();
+    let nics: Vec<Nic82599> = (0..2)
+        .map(|n| {
+            let nic = Nic82599::new(
+                ModelConfig {
+                    mac: sim_mac(n),
+                    ..ModelConfig::default()
+                },
+                dma.clone(),
+            );
+            nic.attach_clock(&clock);
+            nic
+        })
+        .collect();
+    let c: Arc<dyn Clock> = clock.clone();
+    let mut devs = Vec::new();
+    for nic in &nics {
+        devs.push(Device::init(
+            &nic.pci(),
+            dma.clone(),
+            c.clone(),
+            DeviceConfig::default(),
+        )?);
+    }
+    nics[1].wire().attach_sink();
+    let d1 = devs.pop().context("two devices")?;
+    let d0 = devs.pop().context("two devices")?;
+    Ok((nics[0].clone(), nics[1].clone(), d0, d1, dma))
+}
+
+/// The lock-step run measured under callgrind: `packets` frames through
+/// one direction. Returns the packets forwarded.
+pub fn lockstep(model: Model, nf: Nf, packets: u64) -> Result<u64> {
+    let (nic0, nic1, d0, d1, dma) = lockstep_pair()?;
+    let table = MacTable::new();
+    let mut gen = TrafficGen::udp_flows(sim_mac(0), 256, 60);
+    let wire = nic0.wire();
+    let mut forwarded = 0u64;
+    let mut agent;
+    let mut ports;
+    let mut batch = Batch::new();
+    match model {
+        Model::Agent => {
+            agent = Some(Agent::new(&d0, 0, &[(&d1, 0)], &AgentConfig::default())?);
+            ports = None;
+        }
+        Model::Queue => {
+            agent = None;
+            ports = Some((
+                IxgbePort::new("sim:0", d0.clone(), &*dma)?,
+                IxgbePort::new("sim:1", d1.clone(), &*dma)?,
+            ));
+        }
+    }
+    let mut idle_rounds = 0;
+    while forwarded < packets && idle_rounds < 1000 {
+        let want = (packets - forwarded).min(128) as usize;
+        if wire.rx_pending() < 256 {
+            gen.inject(&wire, want);
+        }
+        nic0.step();
+        let n = match (&mut agent, &mut ports) {
+            (Some(a), _) => driver_round_agent(a, nf, &table),
+            (_, Some((rx, tx))) => driver_round_queue(rx, tx, &mut batch, nf, &table),
+            _ => 0,
+        };
+        nic1.step();
+        forwarded += n as u64;
+        idle_rounds = if n == 0 { idle_rounds + 1 } else { 0 };
+    }
+    Ok(forwarded)
+}
+
+/// Instructions per packet of the driver rounds, from callgrind.
+pub fn instructions_per_packet(model: Model, nf: Nf, packets: u64) -> Result<Option<f64>> {
+    let exe = std::env::current_exe()?;
+    let out = std::env::temp_dir().join(format!("nfkit-callgrind-{}.out", std::process::id()));
+    let status = std::process::Command::new("valgrind")
+        .args([
+            "--tool=callgrind",
+            "--toggle-collect=*driver_round_*",
+            &format!("--callgrind-out-file={}", out.display()),
+        ])
+        .arg(&exe)
+        .args([
+            "bench-lockstep",
+            "--model",
+            model_arg(model),
+            "--nf",
+            nf_arg(nf),
+            "--packets",
+            &packets.to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let output = match status {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => bail!("callgrind run failed: {}", o.status),
+        Err(_) => return Ok(None),
+    };
+    let forwarded: u64 = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("forwarded ")?.trim().parse().ok())
+        .context("the lock-step run did not report its packets")?;
+    let text = std::fs::read_to_string(&out).context("reading callgrind output")?;
+    let _ = std::fs::remove_file(&out);
+    let total: u64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no totals in callgrind output")?;
+    Ok(Some(total as f64 / forwarded.max(1) as f64))
+}
+
+fn model_arg(m: Model) -> &'static str {
+    match m {
+        Model::Agent => "agent",
+        Model::Queue => "queue",
+    }
+}
+
+fn nf_arg(nf: Nf) -> &'static str {
+    match nf {
+        Nf::Noop => "noop",
+        Nf::MacWrite => "mac-write",
+        Nf::MacLookup => "mac-lookup",
+    }
+}
+
+/// The whole table.
+pub fn drivers(seconds: f64, packets: u64) -> Result<()> {
+    let have_valgrind = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if cfg!(debug_assertions) {
+        println!("note: a debug build; run `cargo run --release -- bench drivers` for meaningful figures");
+    }
+    println!(
+        "{:<7} {:<11} {:>14} {:>16}",
+        "model", "function", "Mpps per core", "instr./packet"
+    );
+    for model in [Model::Agent, Model::Queue] {
+        for nf in Nf::ALL {
+            let rate = mpps(model, nf, seconds)?;
+            let ipp = if have_valgrind {
+                instructions_per_packet(model, nf, packets)?
+            } else {
+                None
+            };
+            println!(
+                "{:<7} {:<11} {:>14.2} {:>16}",
+                model_arg(model),
+                nf.name(),
+                rate,
+                ipp.map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "no valgrind".into())
+            );
+        }
+    }
+    println!(
+        "targets (TinyNF Table 4): agent no-op <= 35 instructions/packet, queue (batched DPDK) <= 99"
+    );
+    Ok(())
+}
