@@ -26,6 +26,7 @@ use crate::error::InitError;
 use crate::queue_setup::{self, RxDescType, TxThresholds};
 use crate::regs;
 use nfkit_hw::{Bar, DmaRegion};
+use std::sync::Arc;
 
 /// Bytes per buffer; one whole frame (≤ 1522 bytes) fits, and it is a
 /// whole number of KiB as SRRCTL.BSIZEPACKET needs (§8.2.3.8.7).
@@ -87,6 +88,8 @@ pub struct AgentStats {
 struct Output<B> {
     claim: QueueClaim<B>,
     ring: DescRing,
+    /// The output device's BAR and the offset of this queue's TDT.
+    bar: Arc<B>,
     tail_offset: usize,
 }
 
@@ -94,6 +97,8 @@ struct Output<B> {
 /// one core with [`run`].
 pub struct Agent<B: Bar> {
     input: QueueClaim<B>,
+    /// The input device's BAR and the offset of its RDT.
+    input_bar: Arc<B>,
     rx_ring: DescRing,
     rx_tail_offset: usize,
     outputs: Vec<Output<B>>,
@@ -123,27 +128,9 @@ impl<B: Bar + 'static> Agent<B> {
         config: &AgentConfig,
     ) -> Result<Agent<B>, InitError> {
         let size = config.ring_size;
-        crate::desc::check_ring_size(size)?;
-        if size < 2 * RECYCLE_PERIOD {
-            return Err(InitError::Config(format!(
-                "agent ring size {size} must be at least {}",
-                2 * RECYCLE_PERIOD
-            )));
-        }
-        if outputs.len() > MAX_OUTPUTS {
-            return Err(InitError::Config(format!(
-                "{} outputs: an agent has at most {MAX_OUTPUTS}",
-                outputs.len()
-            )));
-        }
+        check_config(size, outputs.len(), input.dma().page_size())?;
         let input_claim = input.take_rx(rx_queue)?;
         let dma = input.dma();
-        if !dma.page_size().is_multiple_of(BUFFER_SIZE) {
-            return Err(InitError::Config(format!(
-                "DMA page size {} is not a multiple of the {BUFFER_SIZE}-byte buffer",
-                dma.page_size()
-            )));
-        }
         let buffers = dma
             .allocate(size * BUFFER_SIZE, false)
             .map_err(|e| InitError::Config(format!("agent buffers: {e}")))?;
@@ -151,45 +138,11 @@ impl<B: Bar + 'static> Agent<B> {
             .allocate(4096.max(MAX_OUTPUTS * HEAD_STRIDE), true)
             .map_err(|e| InitError::Config(format!("agent head write-back area: {e}")))?;
         let rx_ring = DescRing::new(dma, size)?;
-        for i in 0..size {
-            rx_ring.write_q0(i, buffers.device_addr_at(i * BUFFER_SIZE));
-            rx_ring.write_q1(i, 0);
-        }
-        let mut outs = Vec::with_capacity(outputs.len());
-        for (k, (device, tx_queue)) in outputs.iter().enumerate() {
-            let claim = device.take_tx(*tx_queue)?;
-            let ring = DescRing::new(device.dma(), size)?;
-            for i in 0..size {
-                ring.write_q0(i, buffers.device_addr_at(i * BUFFER_SIZE));
-                ring.write_q1(i, 0);
-            }
-            // Head write-back slots are 16-byte aligned (TinyNF found the
-            // device needs it) and each on its own cache line.
-            let head_addr = heads.device_addr_at(k * HEAD_STRIDE);
-            queue_setup::start_tx_queue(
-                device.regs(),
-                device.clock(),
-                device.poll_timeout(),
-                *tx_queue,
-                &ring,
-                // Prefetch when 60 descriptors are free to fetch and 4 are
-                // ready: TinyNF's values, needed for line rate on one core.
-                TxThresholds {
-                    prefetch: 60,
-                    host: 4,
-                    write_back: 0,
-                },
-                Some(head_addr),
-            )?;
-            outs.push(Output {
-                tail_offset: regs::TDT.at(*tx_queue),
-                claim,
-                ring,
-            });
-        }
+        point_at_buffers(&rx_ring, &buffers);
+        let outs = start_outputs(outputs, &buffers, &heads, size)?;
         // The input is started last, so no packet arrives before every
         // output can take it.
-        queue_setup::start_rx_queue(
+        let started = queue_setup::start_rx_queue(
             input.regs(),
             input.clock(),
             input.poll_timeout(),
@@ -197,10 +150,15 @@ impl<B: Bar + 'static> Agent<B> {
             &rx_ring,
             (BUFFER_SIZE / 1024) as u32,
             RxDescType::Legacy,
-        )?;
+        );
+        if let Err(e) = started {
+            outs.iter().for_each(Output::stop);
+            return Err(e);
+        }
         let n = outs.len();
         Ok(Agent {
             rx_tail_offset: regs::RDT.at(rx_queue),
+            input_bar: input.regs().bar().clone(),
             input: input_claim,
             rx_ring,
             outputs: outs,
@@ -216,6 +174,109 @@ impl<B: Bar + 'static> Agent<B> {
                 ..AgentStats::default()
             },
         })
+    }
+}
+
+fn check_config(size: usize, outputs: usize, page_size: usize) -> Result<(), InitError> {
+    crate::desc::check_ring_size(size)?;
+    if size < 2 * RECYCLE_PERIOD {
+        return Err(InitError::Config(format!(
+            "agent ring size {size} must be at least {}",
+            2 * RECYCLE_PERIOD
+        )));
+    }
+    if outputs > MAX_OUTPUTS {
+        return Err(InitError::Config(format!(
+            "{outputs} outputs: an agent has at most {MAX_OUTPUTS}"
+        )));
+    }
+    if !page_size.is_multiple_of(BUFFER_SIZE) {
+        return Err(InitError::Config(format!(
+            "DMA page size {page_size} is not a multiple of the {BUFFER_SIZE}-byte buffer"
+        )));
+    }
+    Ok(())
+}
+
+/// Descriptor `i` gets the address of buffer `i`, once and for all.
+fn point_at_buffers(ring: &DescRing, buffers: &DmaRegion) {
+    for i in 0..ring.size() {
+        ring.write_q0(i, buffers.device_addr_at(i * BUFFER_SIZE));
+        ring.write_q1(i, 0);
+    }
+}
+
+/// Set up and enable every output; if one fails, stop those already
+/// started so no enabled queue is left pointing at freed memory.
+fn start_outputs<B: Bar + 'static>(
+    outputs: &[(&Device<B>, usize)],
+    buffers: &DmaRegion,
+    heads: &DmaRegion,
+    size: usize,
+) -> Result<Vec<Output<B>>, InitError> {
+    let mut outs = Vec::with_capacity(outputs.len());
+    for (k, (device, tx_queue)) in outputs.iter().enumerate() {
+        // Head write-back slots are 16-byte aligned (TinyNF found the
+        // device needs it) and each on its own cache line.
+        let head_addr = heads.device_addr_at(k * HEAD_STRIDE);
+        match Output::start(device, *tx_queue, buffers, head_addr, size) {
+            Ok(out) => outs.push(out),
+            Err(e) => {
+                outs.iter().for_each(Output::stop);
+                return Err(e);
+            }
+        }
+    }
+    Ok(outs)
+}
+
+impl<B: Bar + 'static> Output<B> {
+    fn start(
+        device: &Device<B>,
+        tx_queue: usize,
+        buffers: &DmaRegion,
+        head_addr: u64,
+        size: usize,
+    ) -> Result<Output<B>, InitError> {
+        let claim = device.take_tx(tx_queue)?;
+        let ring = DescRing::new(device.dma(), size)?;
+        point_at_buffers(&ring, buffers);
+        queue_setup::start_tx_queue(
+            device.regs(),
+            device.clock(),
+            device.poll_timeout(),
+            tx_queue,
+            &ring,
+            // Prefetch when 60 descriptors are free to fetch and 4 are
+            // ready: TinyNF's values, needed for line rate on one core.
+            TxThresholds {
+                prefetch: 60,
+                host: 4,
+                write_back: 0,
+            },
+            Some(head_addr),
+        )?;
+        Ok(Output {
+            bar: device.regs().bar().clone(),
+            tail_offset: regs::TDT.at(tx_queue),
+            claim,
+            ring,
+        })
+    }
+}
+
+impl<B: Bar> Output<B> {
+    /// Let the device send what it was given, then disable the queue.
+    fn stop(&self) {
+        let dev = &self.claim.device;
+        if let Err(e) = queue_setup::stop_tx_queue(
+            dev.regs(),
+            dev.clock(),
+            dev.poll_timeout(),
+            self.claim.index,
+        ) {
+            tracing::warn!("agent: {e}");
+        }
     }
 }
 
@@ -311,11 +372,7 @@ impl<B: Bar> Agent<B> {
     #[inline(always)]
     fn flush_tx_tails(&mut self) {
         for out in &self.outputs {
-            out.claim
-                .device
-                .regs()
-                .bar()
-                .write32(out.tail_offset, self.next as u32);
+            out.bar.write32(out.tail_offset, self.next as u32);
         }
         self.unflushed = 0;
     }
@@ -330,11 +387,7 @@ impl<B: Bar> Agent<B> {
         let tail = slowest.wrapping_sub(1) & self.mask;
         if tail != self.rx_tail {
             self.rx_tail = tail;
-            self.input
-                .device
-                .regs()
-                .bar()
-                .write32(self.rx_tail_offset, tail as u32);
+            self.input_bar.write32(self.rx_tail_offset, tail as u32);
         }
     }
 }
@@ -377,17 +430,7 @@ impl<B: Bar> Drop for Agent<B> {
             tracing::warn!("agent: {e}");
         }
         self.flush_tx_tails();
-        for out in &self.outputs {
-            let dev = &out.claim.device;
-            if let Err(e) = queue_setup::stop_tx_queue(
-                dev.regs(),
-                dev.clock(),
-                dev.poll_timeout(),
-                out.claim.index,
-            ) {
-                tracing::warn!("agent: {e}");
-            }
-        }
+        self.outputs.iter().for_each(Output::stop);
     }
 }
 

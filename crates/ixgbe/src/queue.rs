@@ -9,6 +9,7 @@ use crate::queue_setup::{self, RxDescType, TxThresholds};
 use crate::regs;
 use nfkit_hw::pool::MAX_BATCH;
 use nfkit_hw::{Bar, Batch, Mempool, PktBuf, PoolCache};
+use std::sync::Arc;
 
 /// Transmitted buffers are reclaimed this many at a time, and one
 /// descriptor in this many requests status (RS) — the last of each group,
@@ -31,6 +32,8 @@ pub struct QueueCounters {
 /// One receive queue of an initialized device.
 pub struct RxQueue<B: Bar> {
     claim: QueueClaim<B>,
+    /// The device's BAR; `tail_offset` is this queue's RDT.
+    bar: Arc<B>,
     ring: DescRing,
     /// The buffer each descriptor points at (always one per descriptor).
     bufs: Vec<PktBuf>,
@@ -90,6 +93,7 @@ impl<B: Bar + 'static> RxQueue<B> {
             RxDescType::AdvancedOneBuffer,
         )?;
         Ok(RxQueue {
+            bar: device.regs().bar().clone(),
             tail_offset: regs::RDT.at(q),
             claim,
             ring,
@@ -145,11 +149,7 @@ impl<B: Bar> RxQueue<B> {
         if consumed_any {
             // The last consumed descriptor is the new gap.
             let tail = self.next.wrapping_sub(1) & self.mask;
-            self.claim
-                .device
-                .regs()
-                .bar()
-                .write32(self.tail_offset, tail as u32);
+            self.bar.write32(self.tail_offset, tail as u32);
         }
         added
     }
@@ -182,6 +182,8 @@ impl<B: Bar> Drop for RxQueue<B> {
 /// One transmit queue of an initialized device.
 pub struct TxQueue<B: Bar> {
     claim: QueueClaim<B>,
+    /// The device's BAR; `tail_offset` is this queue's TDT.
+    bar: Arc<B>,
     ring: DescRing,
     /// Buffers owned by the device, by descriptor.
     bufs: Vec<Option<PktBuf>>,
@@ -223,6 +225,7 @@ impl<B: Bar + 'static> TxQueue<B> {
             None,
         )?;
         Ok(TxQueue {
+            bar: device.regs().bar().clone(),
             tail_offset: regs::TDT.at(q),
             claim,
             ring,
@@ -279,11 +282,7 @@ impl<B: Bar> TxQueue<B> {
             sent += 1;
         }
         if sent > 0 {
-            self.claim
-                .device
-                .regs()
-                .bar()
-                .write32(self.tail_offset, self.next as u32);
+            self.bar.write32(self.tail_offset, self.next as u32);
         }
         sent
     }

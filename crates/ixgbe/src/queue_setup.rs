@@ -89,7 +89,12 @@ pub(crate) fn start_rx_queue<B: Bar>(
         step,
         "RXDCTL.ENABLE to read back set",
         || r.is_set(&regs::RXDCTL, q, regs::rxdctl::ENABLE),
-    )?;
+    )
+    .inspect_err(|_| {
+        // Withdraw the request: the ring is about to be freed, and a
+        // queue that enabled late must not DMA into it.
+        r.clear(&regs::RXDCTL, q, regs::rxdctl::ENABLE);
+    })?;
     r.write(&regs::RDT, q, (ring.size() - 1) as u32);
     Ok(())
 }
@@ -145,6 +150,7 @@ pub(crate) fn start_tx_queue<B: Bar>(
         "TXDCTL.ENABLE to read back set",
         || r.is_set(&regs::TXDCTL, q, regs::txdctl::ENABLE),
     )
+    .inspect_err(|_| r.clear(&regs::TXDCTL, q, regs::txdctl::ENABLE))
 }
 
 /// §4.6.7.1.2: disable a receive queue, wait for the enable bit to read 0,

@@ -66,9 +66,23 @@ impl Expect {
 
 #[test]
 fn lock_step_forwarding_is_byte_exact_and_in_order() {
-    let total: u64 = 20_000;
+    lock_step_forward(20_000, Faults::default());
+}
+
+#[test]
+fn lock_step_forwarding_with_delayed_write_back() {
+    lock_step_forward(
+        5_000,
+        Faults {
+            writeback_delay: 4,
+            ..Faults::default()
+        },
+    );
+}
+
+fn lock_step_forward(total: u64, faults: Faults) {
     let mut bench = Bench::new(Mode::LockStep);
-    let nic = bench.nic(model(1));
+    let nic = bench.nic(ModelConfig { faults, ..model(1) });
     let pool = Mempool::new(&*bench.dma, "fwd", 2048, 4096).unwrap();
     let (_dev, mut fwd) = forwarder(&bench, &nic, &pool);
     let wire = nic.wire();
