@@ -30,12 +30,30 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "cpio"),
     ("modprobe", "kmod"),
     ("dpdk-testpmd", "dpdk-dev"),
-    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_null.so", "librte-net-null23"),
-    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_ring.so", "librte-mempool-ring23"),
-    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_af_packet.so", "librte-net-af-packet23"),
-    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_af_xdp.so", "librte-net-af-xdp23"),
-    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_vhost.so", "librte-net-vhost23"),
-    ("/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_virtio.so", "librte-net-virtio23"),
+    (
+        "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_null.so",
+        "librte-net-null23",
+    ),
+    (
+        "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_mempool_ring.so",
+        "librte-mempool-ring23",
+    ),
+    (
+        "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_af_packet.so",
+        "librte-net-af-packet23",
+    ),
+    (
+        "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_af_xdp.so",
+        "librte-net-af-xdp23",
+    ),
+    (
+        "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_vhost.so",
+        "librte-net-vhost23",
+    ),
+    (
+        "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0/librte_net_virtio.so",
+        "librte-net-virtio23",
+    ),
     ("python3", "python3"),
 ];
 
@@ -64,7 +82,10 @@ fn main() -> Result<()> {
 
 fn project_root() -> Result<std::path::PathBuf> {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    Ok(dir.parent().context("xtask has a parent directory")?.to_path_buf())
+    Ok(dir
+        .parent()
+        .context("xtask has a parent directory")?
+        .to_path_buf())
 }
 
 fn is_root() -> bool {
@@ -127,7 +148,14 @@ fn install_deps() -> Result<()> {
         "apt-get install",
         Command::new("apt-get")
             .env("DEBIAN_FRONTEND", "noninteractive")
-            .args(["-o", "DPkg::Lock::Timeout=600", "install", "-y", "-q", "--no-install-recommends"])
+            .args([
+                "-o",
+                "DPkg::Lock::Timeout=600",
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+            ])
             .args(&missing),
     )
 }
@@ -136,10 +164,20 @@ fn test(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let started = Instant::now();
     install_deps()?;
-    run("cargo fmt --check", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(
+        "cargo fmt --check",
+        cargo().args(["fmt", "--all", "--", "--check"]),
+    )?;
     run(
         "cargo clippy",
-        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
     )?;
     run("cargo test (debug)", cargo().args(["test", "--workspace"]))?;
     if !quick {
@@ -147,9 +185,14 @@ fn test(args: &[String]) -> Result<()> {
         // optimised build to finish in minutes.
         run(
             "long tests (release)",
-            cargo()
-                .env("NFKIT_LONG", "1")
-                .args(["test", "--release", "--workspace", "--", "--include-ignored", "long_"]),
+            cargo().env("NFKIT_LONG", "1").args([
+                "test",
+                "--release",
+                "--workspace",
+                "--",
+                "--include-ignored",
+                "long_",
+            ]),
         )?;
         guest::run_guest_tests()?;
     }
@@ -159,6 +202,7 @@ fn test(args: &[String]) -> Result<()> {
 
 fn bench(args: &[String]) -> Result<()> {
     let mut cmd = cargo();
-    cmd.args(["run", "--release", "-p", "nfkit", "--", "bench"]).args(args);
+    cmd.args(["run", "--release", "-p", "nfkit", "--", "bench"])
+        .args(args);
     run("nfkit bench", &mut cmd)
 }

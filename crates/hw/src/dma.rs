@@ -141,7 +141,10 @@ impl DmaRegion {
 
     #[inline(always)]
     fn atomic64(&self, offset: usize) -> &AtomicU64 {
-        assert!(self.check(offset, 8), "DMA u64 access out of bounds or unaligned");
+        assert!(
+            self.check(offset, 8),
+            "DMA u64 access out of bounds or unaligned"
+        );
         // SAFETY: bounds and 8-byte alignment checked above (the region base
         // is page aligned); the memory lives as long as `self`; AtomicU64
         // has the same layout as u64 and every concurrent access to
@@ -151,7 +154,10 @@ impl DmaRegion {
 
     #[inline(always)]
     fn atomic32(&self, offset: usize) -> &AtomicU32 {
-        assert!(self.check(offset, 4), "DMA u32 access out of bounds or unaligned");
+        assert!(
+            self.check(offset, 4),
+            "DMA u32 access out of bounds or unaligned"
+        );
         // SAFETY: as for `atomic64`, with 4-byte alignment.
         unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU32) }
     }
@@ -166,7 +172,8 @@ impl DmaRegion {
     /// Write a little-endian u64 for the device to read (descriptor word).
     #[inline(always)]
     pub fn write_u64(&self, offset: usize, value: u64) {
-        self.atomic64(offset).store(value.to_le(), Ordering::Relaxed)
+        self.atomic64(offset)
+            .store(value.to_le(), Ordering::Relaxed)
     }
 
     /// Read a little-endian u32 (e.g. a written-back transmit head).
@@ -178,7 +185,8 @@ impl DmaRegion {
     /// Write a little-endian u32.
     #[inline(always)]
     pub fn write_u32(&self, offset: usize, value: u32) {
-        self.atomic32(offset).store(value.to_le(), Ordering::Relaxed)
+        self.atomic32(offset)
+            .store(value.to_le(), Ordering::Relaxed)
     }
 
     /// Exclusive view of `len` bytes at `offset`, or `None` if out of

@@ -67,7 +67,11 @@ impl MmioBar {
     /// # Safety
     /// `base` must point to a mapping of `len` bytes of device registers
     /// that stays valid until `owner` is dropped.
-    pub unsafe fn from_raw_parts(base: NonNull<u8>, len: usize, owner: Box<dyn MappingOwner>) -> Self {
+    pub unsafe fn from_raw_parts(
+        base: NonNull<u8>,
+        len: usize,
+        owner: Box<dyn MappingOwner>,
+    ) -> Self {
         MmioBar {
             base,
             len,
@@ -104,7 +108,9 @@ impl Bar for MmioBar {
         // fence is enough to publish descriptors before a tail write.
         compiler_fence(Ordering::SeqCst);
         // SAFETY: in bounds and aligned within a live register mapping.
-        unsafe { std::ptr::write_volatile(self.base.as_ptr().add(offset) as *mut u32, value.to_le()) };
+        unsafe {
+            std::ptr::write_volatile(self.base.as_ptr().add(offset) as *mut u32, value.to_le())
+        };
         compiler_fence(Ordering::SeqCst);
     }
 

@@ -82,17 +82,23 @@ impl Mempool {
             )));
         }
         if count == 0 || count > u32::MAX as usize / 2 {
-            return Err(HwError::Invalid(format!("pool `{name}`: bad buffer count {count}")));
+            return Err(HwError::Invalid(format!(
+                "pool `{name}`: bad buffer count {count}"
+            )));
         }
         let region = dma.allocate(count * buf_size, false)?;
         // Entries are a power of two no larger than a page, so none
         // straddles a page: each has one device address.
-        let device_addrs = (0..count).map(|i| region.device_addr_at(i * buf_size)).collect();
+        let device_addrs = (0..count)
+            .map(|i| region.device_addr_at(i * buf_size))
+            .collect();
         let free = ArrayQueue::new(count);
         for id in 0..count as u32 {
             let _ = free.push(id);
         }
-        let meta = (0..count).map(|_| UnsafeCell::new([0u8; META_SIZE])).collect();
+        let meta = (0..count)
+            .map(|_| UnsafeCell::new([0u8; META_SIZE]))
+            .collect();
         Ok(Mempool {
             inner: Arc::new(Inner {
                 region,
@@ -333,7 +339,11 @@ impl PktBuf {
     pub fn data(&self) -> &[u8] {
         let start = self.entry_start() + self.offset as usize;
         // In bounds by construction: offset + len <= buf_size.
-        self.pool.inner.region.slice(start, self.len as usize).unwrap_or(&[])
+        self.pool
+            .inner
+            .region
+            .slice(start, self.len as usize)
+            .unwrap_or(&[])
     }
 
     /// The packet bytes, mutable.
@@ -457,7 +467,9 @@ pub struct Batch {
 
 impl fmt::Debug for Batch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Batch").field("len", &self.pkts.len()).finish()
+        f.debug_struct("Batch")
+            .field("len", &self.pkts.len())
+            .finish()
     }
 }
 

@@ -116,7 +116,9 @@ impl SimDma {
         // SAFETY: `find` checked the range lies inside a live allocation,
         // kept alive by `r` during the copy. The driver protocol gives the
         // device this range (it does not write it concurrently).
-        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), out.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), out.len())
+        };
         drop(r);
         Ok(())
     }
@@ -125,7 +127,9 @@ impl SimDma {
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
         let r = self.find(addr, data.len())?;
         // SAFETY: as for `read`; the driver gave this buffer to the device.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len())
+        };
         drop(r);
         Ok(())
     }
@@ -299,7 +303,13 @@ impl DmaAllocator for SimDma {
         // SAFETY: `ptr` is a fresh zeroed allocation of `size` bytes owned by
         // `reg`, which the region keeps alive; identity translation.
         Ok(unsafe {
-            DmaRegion::from_raw_parts(ptr, size, Translation::Contiguous(addr), size, Box::new(Held(reg)))
+            DmaRegion::from_raw_parts(
+                ptr,
+                size,
+                Translation::Contiguous(addr),
+                size,
+                Box::new(Held(reg)),
+            )
         })
     }
 
@@ -320,7 +330,9 @@ pub struct VirtualClock {
 
 impl std::fmt::Debug for VirtualClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VirtualClock").field("nanos", &self.nanos).finish()
+        f.debug_struct("VirtualClock")
+            .field("nanos", &self.nanos)
+            .finish()
     }
 }
 
@@ -378,7 +390,10 @@ mod tests {
         assert!(dma.write(base + 4095, &[0, 0]).is_err());
         assert!(dma.read_u64(base + 3).is_err());
         drop(region);
-        assert!(dma.read_u64(base).is_err(), "freed memory is no longer DMA memory");
+        assert!(
+            dma.read_u64(base).is_err(),
+            "freed memory is no longer DMA memory"
+        );
     }
 
     #[test]
@@ -407,6 +422,10 @@ mod tests {
         clock.on_advance(move |now| s.store(now.as_micros() as u64, Ordering::SeqCst));
         clock.sleep(Duration::from_micros(250));
         assert_eq!(seen.load(Ordering::SeqCst), 250);
-        assert!(crate::time::poll_until(&*clock, Duration::from_millis(1), || clock.now() > Duration::from_micros(700)));
+        assert!(crate::time::poll_until(
+            &*clock,
+            Duration::from_millis(1),
+            || clock.now() > Duration::from_micros(700)
+        ));
     }
 }
