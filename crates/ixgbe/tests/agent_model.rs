@@ -47,9 +47,17 @@ struct Outcome {
 /// Run a scenario in lock-step mode: input on port 0, output k on port k+1.
 fn run_scenario(s: &Scenario) -> Outcome {
     let mut bench = Bench::new(Mode::LockStep);
-    let in_nic = bench.nic(model(1));
+    let faults = Faults {
+        writeback_delay: s.writeback_delay,
+        ..Faults::default()
+    };
+    let port = |mac: u8| ModelConfig {
+        faults: faults.clone(),
+        ..model(mac)
+    };
+    let in_nic = bench.nic(port(1));
     let out_nics: Vec<Nic82599> = (0..s.speeds.len())
-        .map(|k| bench.nic(model(10 + k as u8)))
+        .map(|k| bench.nic(port(10 + k as u8)))
         .collect();
     let in_dev = bench.init(&in_nic, DeviceConfig::default()).unwrap();
     let out_devs: Vec<Device<SimBar>> = out_nics
