@@ -413,8 +413,25 @@ fn qemu(img: &Image, script: Option<&str>, viommu: bool) -> Command {
     ])
     .args([
         "-device",
-        "virtio-net-pci,netdev=n1,disable-legacy=on,romfile=",
+        &format!(
+            "virtio-net-pci,netdev=n1,disable-legacy=on,romfile={}",
+            // Behind the vIOMMU the device must translate its DMA.
+            if viommu {
+                ",iommu_platform=on,ats=on"
+            } else {
+                ""
+            }
+        ),
     ]);
+    if viommu {
+        // An emulated IOMMU for VFIO; 48-bit addresses so IOVA = VA.
+        c.args([
+            "-machine",
+            "q35",
+            "-device",
+            "intel-iommu,intremap=on,aw-bits=48",
+        ]);
+    }
     c
 }
 

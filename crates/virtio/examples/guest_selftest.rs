@@ -3,17 +3,20 @@
 //! `count` frames and count what arrives for `secs` seconds.
 //!
 //! ```text
-//! guest_selftest legacy-uio [count] [secs]
+//! guest_selftest legacy-uio|modern-uio|modern-vfio [count] [secs]
 //! ```
+//!
+//! `modern-vfio` needs a vIOMMU and the device's `iommu_platform=on`.
 //!
 //! Prints `RESULT <mode> tx=<sent> rx=<received>` on success.
 
 use anyhow::{bail, Context, Result};
 use nfkit_hw::linux::{HugepageDma, LinuxPci};
+use nfkit_hw::vfio::VfioContainer;
 use nfkit_hw::{Batch, PciAddress, SystemClock};
 use nfkit_port::Port;
-use nfkit_virtio::spec::net::{PCI_DEVICE_ID_LEGACY, PCI_VENDOR_ID};
-use nfkit_virtio::{LegacyTransport, NetConfig, PciNet};
+use nfkit_virtio::spec::net::{PCI_DEVICE_ID_LEGACY, PCI_DEVICE_ID_MODERN, PCI_VENDOR_ID};
+use nfkit_virtio::{LegacyTransport, ModernTransport, NetConfig, PciNet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,7 +95,29 @@ fn main() -> Result<()> {
             println!("UP {mode} {addr} mac {:02x?}", net.mac());
             run(&mut net, count, secs)?
         }
-        other => bail!("unknown mode `{other}` (legacy-uio)"),
+        "modern-uio" => {
+            let addr = find(PCI_VENDOR_ID, PCI_DEVICE_ID_MODERN)?;
+            let pci = LinuxPci::open(addr)?;
+            pci.sysfs().bind_driver("uio_pci_generic")?;
+            pci.enable_bus_master()?;
+            let dma = HugepageDma::new()?;
+            let t = ModernTransport::over_config_space(pci)?;
+            let mut net = PciNet::init(t, &dma, clock, &cfg)?;
+            println!("UP {mode} {addr} mac {:02x?}", net.mac());
+            run(&mut net, count, secs)?
+        }
+        "modern-vfio" => {
+            let addr = find(PCI_VENDOR_ID, PCI_DEVICE_ID_MODERN)?;
+            nfkit_hw::linux::SysfsDevice::new("/sys", addr)?.bind_driver("vfio-pci")?;
+            let container = VfioContainer::open()?;
+            let dev = container.device(addr)?;
+            dev.enable_bus_master()?;
+            let t = ModernTransport::over_config_space(dev)?;
+            let mut net = PciNet::init(t, &container, clock, &cfg)?;
+            println!("UP {mode} {addr} mac {:02x?}", net.mac());
+            run(&mut net, count, secs)?
+        }
+        other => bail!("unknown mode `{other}` (legacy-uio, modern-uio, modern-vfio)"),
     };
     println!("RESULT {mode} tx={sent} rx={received}");
     Ok(())

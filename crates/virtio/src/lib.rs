@@ -27,6 +27,7 @@ pub mod virtqueue;
 
 pub use error::VirtioError;
 pub use net::{NetDevice, Notify};
+pub use pci::modern::{IoBars, PciCfgAccess, RegisterSpace};
 pub use pci::{LegacyTransport, ModernTransport, NetConfig, PciNet, PciTransport};
 pub use shm::MemfdArena;
 pub use virtqueue::{LayoutKind, QueueError, RingLayout, Segment, Used, UsedError, Virtqueue};

@@ -5,10 +5,13 @@
 //! device configuration (§4.1.4.6).
 //!
 //! §4.1.3.1 requires each field to be accessed at its natural width (8,
-//! 16 or 32 bits), so the registers are reached through [`IoBar`], which
-//! has all three: under VFIO that is a `pread`/`pwrite` on the BAR's
-//! region of the device fd. (`nfkit_hw::Bar` has only 32-bit accesses,
-//! which cannot reach `queue_select` at offset 0x16.)
+//! 16 or 32 bits). `nfkit_hw::Bar` has only 32-bit accesses, which cannot
+//! reach e.g. `queue_select` at offset 0x16, so the registers are reached
+//! through a [`RegisterSpace`]: either the device's own
+//! `VIRTIO_PCI_CAP_PCI_CFG` window in configuration space
+//! ([`PciCfgAccess`], §4.1.4.9; works under uio and VFIO alike, a few
+//! configuration-space accesses per register), or [`IoBar`]s with all
+//! three widths (a VFIO region file, a test double).
 
 use super::PciTransport;
 use crate::error::VirtioError;
@@ -16,20 +19,22 @@ use crate::net::Notify;
 use crate::virtqueue::{LayoutKind, Virtqueue};
 use nfkit_hw::pci::config;
 use nfkit_hw::{HwError, IoBar, PciFunction};
-use std::sync::Arc;
 
-/// §4.1.4 `cfg_type` values.
+/// §4.1.4 `cfg_type` values and `struct virtio_pci_cap` offsets.
 mod cap {
     pub const COMMON_CFG: u8 = 1;
     pub const NOTIFY_CFG: u8 = 2;
     pub const DEVICE_CFG: u8 = 4;
-    /// Offsets within `struct virtio_pci_cap`.
+    pub const PCI_CFG: u8 = 5;
     pub const CFG_TYPE: u16 = 3;
     pub const BAR: u16 = 4;
     pub const OFFSET: u16 = 8;
     pub const LENGTH: u16 = 12;
     /// `notify_off_multiplier` follows the notify capability (§4.1.4.4).
     pub const NOTIFY_OFF_MULTIPLIER: u16 = 16;
+    /// `pci_cfg_data` follows the PCI-configuration-access capability
+    /// (§4.1.4.9).
+    pub const PCI_CFG_DATA: u16 = 16;
 }
 
 /// §4.1.4.3 `struct virtio_pci_common_cfg`.
@@ -50,112 +55,239 @@ mod common {
     pub const LEN: u32 = 0x38;
 }
 
-/// A register structure: a window of one BAR.
+/// Registers in a device's BARs, reached at their natural width
+/// (`buf.len()` of 1, 2 or 4 bytes, little-endian).
+pub trait RegisterSpace: Send + Sync {
+    fn read(&self, bar: u8, offset: u64, buf: &mut [u8]) -> Result<(), HwError>;
+    fn write(&self, bar: u8, offset: u64, data: &[u8]) -> Result<(), HwError>;
+}
+
+/// BAR registers through `VIRTIO_PCI_CAP_PCI_CFG` (§4.1.4.9.1): write
+/// the BAR, offset and length into the capability, then read or write
+/// `pci_cfg_data`. Needs nothing but configuration-space access.
 #[derive(Debug)]
-struct Window<R> {
-    bar: Arc<R>,
+pub struct PciCfgAccess<P: PciFunction> {
+    pci: P,
+    cap: u16,
+    lock: parking_lot::Mutex<()>,
+}
+
+impl<P: PciFunction> PciCfgAccess<P> {
+    /// Find the capability on `pci` (which this access then owns).
+    pub fn new(pci: P) -> Result<Self, VirtioError> {
+        let cap = vendor_caps(&pci)?
+            .into_iter()
+            .find(|&at| pci.config_read8(at + cap::CFG_TYPE).ok() == Some(cap::PCI_CFG))
+            .ok_or(VirtioError::Capability("PCI configuration access"))?;
+        Ok(PciCfgAccess {
+            pci,
+            cap,
+            lock: parking_lot::Mutex::new(()),
+        })
+    }
+
+    /// The PCI function.
+    pub fn pci(&self) -> &P {
+        &self.pci
+    }
+
+    fn point(&self, bar: u8, offset: u64, len: usize) -> Result<(), HwError> {
+        let offset =
+            u32::try_from(offset).map_err(|_| HwError::Invalid("BAR offset above 4 GiB".into()))?;
+        self.pci.config_write(self.cap + cap::BAR, &[bar])?;
+        self.pci.config_write32(self.cap + cap::OFFSET, offset)?;
+        self.pci.config_write32(self.cap + cap::LENGTH, len as u32)
+    }
+}
+
+impl<P: PciFunction> RegisterSpace for PciCfgAccess<P> {
+    fn read(&self, bar: u8, offset: u64, buf: &mut [u8]) -> Result<(), HwError> {
+        // The window is one shared register: one access at a time.
+        let _g = self.lock.lock();
+        self.point(bar, offset, buf.len())?;
+        self.pci.config_read(self.cap + cap::PCI_CFG_DATA, buf)
+    }
+    fn write(&self, bar: u8, offset: u64, data: &[u8]) -> Result<(), HwError> {
+        let _g = self.lock.lock();
+        self.point(bar, offset, data.len())?;
+        self.pci.config_write(self.cap + cap::PCI_CFG_DATA, data)
+    }
+}
+
+/// BAR registers through [`IoBar`]s (index = BAR number).
+#[derive(Debug)]
+pub struct IoBars<R: IoBar> {
+    bars: Vec<Option<R>>,
+}
+
+impl<R: IoBar> IoBars<R> {
+    /// `bars[i]` is BAR `i`, if the device has it.
+    pub fn new(bars: Vec<Option<R>>) -> Self {
+        IoBars { bars }
+    }
+    fn bar(&self, bar: u8) -> Result<&R, HwError> {
+        self.bars
+            .get(bar as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| HwError::Invalid(format!("BAR {bar} is not open")))
+    }
+}
+
+impl<R: IoBar> RegisterSpace for IoBars<R> {
+    fn read(&self, bar: u8, offset: u64, buf: &mut [u8]) -> Result<(), HwError> {
+        let b = self.bar(bar)?;
+        match buf.len() {
+            1 => buf[0] = b.read8(offset)?,
+            2 => buf.copy_from_slice(&b.read16(offset)?.to_le_bytes()),
+            4 => buf.copy_from_slice(&b.read32(offset)?.to_le_bytes()),
+            n => return Err(HwError::Invalid(format!("{n}-byte register access"))),
+        }
+        Ok(())
+    }
+    fn write(&self, bar: u8, offset: u64, data: &[u8]) -> Result<(), HwError> {
+        let b = self.bar(bar)?;
+        match *data {
+            [v] => b.write8(offset, v),
+            [a, c] => b.write16(offset, u16::from_le_bytes([a, c])),
+            [a, c, d, e] => b.write32(offset, u32::from_le_bytes([a, c, d, e])),
+            _ => Err(HwError::Invalid(format!(
+                "{}-byte register access",
+                data.len()
+            ))),
+        }
+    }
+}
+
+/// A register structure: a window of one BAR.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    bar: u8,
     offset: u64,
     len: u32,
 }
 
-impl<R> Clone for Window<R> {
-    fn clone(&self) -> Self {
-        Window {
-            bar: self.bar.clone(),
-            offset: self.offset,
-            len: self.len,
-        }
-    }
-}
-
 /// A modern VirtIO PCI device's register structures.
 #[derive(Debug)]
-pub struct ModernTransport<R: IoBar> {
-    common: Window<R>,
-    notify: Window<R>,
+pub struct ModernTransport<S: RegisterSpace> {
+    regs: S,
+    common: Window,
+    notify: Window,
     notify_multiplier: u32,
-    device: Window<R>,
+    device: Window,
     /// Notify address of each enabled queue (offset in the notify BAR).
     notify_at: Vec<u64>,
 }
 
-impl<R: IoBar> ModernTransport<R> {
-    /// Find the capabilities of `pci` and open the BARs they name with
-    /// `open_bar` (each BAR at most once).
-    pub fn open(
-        pci: &impl PciFunction,
-        mut open_bar: impl FnMut(u8) -> Result<R, HwError>,
-    ) -> Result<Self, VirtioError> {
-        let mut bars: [Option<Arc<R>>; 6] = Default::default();
-        let mut found: [Option<(u8, u64, u32, u16)>; 5] = [None; 5];
-        for at in vendor_caps(pci)? {
-            let ty = pci.config_read8(at + cap::CFG_TYPE)?;
-            let bar = pci.config_read8(at + cap::BAR)?;
-            let offset = pci.config_read32(at + cap::OFFSET)? as u64;
-            let len = pci.config_read32(at + cap::LENGTH)?;
-            // The first capability of each type is the preferred one (§4.1.4).
-            if (1..=4).contains(&ty) && bar < 6 && found[ty as usize].is_none() {
-                found[ty as usize] = Some((bar, offset, len, at));
-            }
-        }
-        let mut window =
-            |ty: u8, name: &'static str, min_len: u32| -> Result<Window<R>, VirtioError> {
-                let (bar, offset, len, _) =
-                    found[ty as usize].ok_or(VirtioError::Capability(name))?;
-                if len < min_len {
-                    return Err(VirtioError::Capability(name));
-                }
-                let b = match &bars[bar as usize] {
-                    Some(b) => b.clone(),
-                    None => {
-                        let b = Arc::new(open_bar(bar)?);
-                        bars[bar as usize] = Some(b.clone());
-                        b
-                    }
-                };
-                Ok(Window {
-                    bar: b,
-                    offset,
-                    len,
-                })
-            };
-        let common = window(cap::COMMON_CFG, "common configuration", common::LEN)?;
-        let notify = window(cap::NOTIFY_CFG, "notifications", 2)?;
-        let device = window(cap::DEVICE_CFG, "device configuration", 6)?;
-        let notify_cap = found[cap::NOTIFY_CFG as usize].map(|f| f.3).unwrap_or(0);
-        let notify_multiplier = pci.config_read32(notify_cap + cap::NOTIFY_OFF_MULTIPLIER)?;
+impl<S: RegisterSpace> ModernTransport<S> {
+    /// Find the register structures from the capabilities of `pci`; reach
+    /// them through `regs`.
+    pub fn open(pci: &impl PciFunction, regs: S) -> Result<Self, VirtioError> {
+        let caps = read_caps(pci)?;
         Ok(ModernTransport {
-            common,
-            notify,
-            notify_multiplier,
-            device,
+            regs,
+            common: caps.common,
+            notify: caps.notify,
+            notify_multiplier: caps.notify_multiplier,
+            device: caps.device,
             notify_at: Vec::new(),
         })
     }
 
+    /// The register space (e.g. to reach the PCI function).
+    pub fn registers(&self) -> &S {
+        &self.regs
+    }
+
     fn c8(&self, off: u64) -> Result<u8, HwError> {
-        self.common.bar.read8(self.common.offset + off)
+        let mut b = [0u8; 1];
+        self.regs
+            .read(self.common.bar, self.common.offset + off, &mut b)?;
+        Ok(b[0])
     }
     fn c16(&self, off: u64) -> Result<u16, HwError> {
-        self.common.bar.read16(self.common.offset + off)
+        let mut b = [0u8; 2];
+        self.regs
+            .read(self.common.bar, self.common.offset + off, &mut b)?;
+        Ok(u16::from_le_bytes(b))
     }
     fn c32(&self, off: u64) -> Result<u32, HwError> {
-        self.common.bar.read32(self.common.offset + off)
+        let mut b = [0u8; 4];
+        self.regs
+            .read(self.common.bar, self.common.offset + off, &mut b)?;
+        Ok(u32::from_le_bytes(b))
     }
     fn w8(&self, off: u64, v: u8) -> Result<(), HwError> {
-        self.common.bar.write8(self.common.offset + off, v)
+        self.regs
+            .write(self.common.bar, self.common.offset + off, &[v])
     }
     fn w16(&self, off: u64, v: u16) -> Result<(), HwError> {
-        self.common.bar.write16(self.common.offset + off, v)
+        self.regs
+            .write(self.common.bar, self.common.offset + off, &v.to_le_bytes())
     }
     fn w32(&self, off: u64, v: u32) -> Result<(), HwError> {
-        self.common.bar.write32(self.common.offset + off, v)
+        self.regs
+            .write(self.common.bar, self.common.offset + off, &v.to_le_bytes())
     }
     /// 64-bit fields as two 32-bit writes, low half first (§4.1.3.1).
     fn w64(&self, off: u64, v: u64) -> Result<(), HwError> {
         self.w32(off, v as u32)?;
         self.w32(off + 4, (v >> 32) as u32)
     }
+}
+
+impl<P: PciFunction> ModernTransport<PciCfgAccess<P>> {
+    /// Reach every register of `pci` through its configuration space
+    /// (§4.1.4.9): works under uio and VFIO with no BAR mapping.
+    pub fn over_config_space(pci: P) -> Result<Self, VirtioError> {
+        let regs = PciCfgAccess::new(pci)?;
+        let caps = read_caps(regs.pci())?;
+        Ok(ModernTransport {
+            regs,
+            common: caps.common,
+            notify: caps.notify,
+            notify_multiplier: caps.notify_multiplier,
+            device: caps.device,
+            notify_at: Vec::new(),
+        })
+    }
+}
+
+/// Where the register structures are.
+struct Caps {
+    common: Window,
+    notify: Window,
+    notify_multiplier: u32,
+    device: Window,
+}
+
+fn read_caps(pci: &impl PciFunction) -> Result<Caps, VirtioError> {
+    let mut found: [Option<(Window, u16)>; 5] = [None; 5];
+    for at in vendor_caps(pci)? {
+        let ty = pci.config_read8(at + cap::CFG_TYPE)?;
+        let bar = pci.config_read8(at + cap::BAR)?;
+        let offset = pci.config_read32(at + cap::OFFSET)? as u64;
+        let len = pci.config_read32(at + cap::LENGTH)?;
+        // The first capability of each type is the preferred one (§4.1.4).
+        if (1..=4).contains(&ty) && bar < 6 && found[ty as usize].is_none() {
+            found[ty as usize] = Some((Window { bar, offset, len }, at));
+        }
+    }
+    let window = |ty: u8, name: &'static str, min_len: u32| -> Result<(Window, u16), VirtioError> {
+        match found[ty as usize] {
+            Some((w, at)) if w.len >= min_len => Ok((w, at)),
+            _ => Err(VirtioError::Capability(name)),
+        }
+    };
+    let (common, _) = window(cap::COMMON_CFG, "common configuration", common::LEN)?;
+    let (notify, notify_cap) = window(cap::NOTIFY_CFG, "notifications", 2)?;
+    let (device, _) = window(cap::DEVICE_CFG, "device configuration", 6)?;
+    let notify_multiplier = pci.config_read32(notify_cap + cap::NOTIFY_OFF_MULTIPLIER)?;
+    Ok(Caps {
+        common,
+        notify,
+        notify_multiplier,
+        device,
+    })
 }
 
 /// Offsets of the vendor-specific capabilities (bounded walk).
@@ -177,7 +309,7 @@ fn vendor_caps(pci: &impl PciFunction) -> Result<Vec<u16>, VirtioError> {
     Ok(out)
 }
 
-impl<R: IoBar> Notify for ModernTransport<R> {
+impl<S: RegisterSpace> Notify for ModernTransport<S> {
     /// §4.1.4.4: write the queue index at the queue's notify address.
     fn notify(&self, queue: u16) -> Result<(), HwError> {
         let at = self
@@ -185,11 +317,11 @@ impl<R: IoBar> Notify for ModernTransport<R> {
             .get(queue as usize)
             .copied()
             .ok_or_else(|| HwError::Invalid(format!("queue {queue} was never enabled")))?;
-        self.notify.bar.write16(at, queue)
+        self.regs.write(self.notify.bar, at, &queue.to_le_bytes())
     }
 }
 
-impl<R: IoBar> PciTransport for ModernTransport<R> {
+impl<S: RegisterSpace> PciTransport for ModernTransport<S> {
     fn layout(&self) -> LayoutKind {
         LayoutKind::Modern
     }
@@ -247,10 +379,9 @@ impl<R: IoBar> PciTransport for ModernTransport<R> {
             ));
         }
         for (i, b) in buf.iter_mut().enumerate() {
-            *b = self
-                .device
-                .bar
-                .read8(self.device.offset + (offset + i) as u64)?;
+            let at = self.device.offset + (offset + i) as u64;
+            self.regs
+                .read(self.device.bar, at, std::slice::from_mut(b))?;
         }
         Ok(())
     }
