@@ -4,6 +4,7 @@
 //! the free-running thread), so the engines need no locks of their own.
 
 use crate::device::{Device, Dir, QUEUES};
+use crate::dmacache::DmaCache;
 use crate::regs::{bits::*, off};
 use crate::wire::RxFrame;
 use std::collections::VecDeque;
@@ -51,6 +52,8 @@ pub(crate) struct DataPath {
     pub rx_seen: u64,
     /// DMA was needed but not allowed; reported once per episode.
     pub dma_blocked: bool,
+    /// Cached windows onto the driver's DMA memory.
+    pub mem: DmaCache,
 }
 
 impl DataPath {
@@ -68,6 +71,7 @@ impl DataPath {
             steps: 0,
             rx_seen: 0,
             dma_blocked: false,
+            mem: DmaCache::new(),
         }
     }
 
@@ -78,6 +82,7 @@ impl DataPath {
             return;
         }
         self.queue_gen = gen;
+        self.mem.prune();
         self.active_rx.clear();
         self.active_tx.clear();
         for n in 0..QUEUES {
@@ -120,7 +125,7 @@ impl DataPath {
         if delay > 0 {
             self.pending.push_back((self.steps + u64::from(delay), wb));
         } else {
-            do_writeback(dev, wb);
+            do_writeback(&mut self.mem, dev, wb);
         }
     }
 
@@ -131,7 +136,7 @@ impl DataPath {
                 break;
             }
             self.pending.pop_front();
-            do_writeback(dev, wb);
+            do_writeback(&mut self.mem, dev, wb);
             n += 1;
         }
         n
@@ -174,10 +179,10 @@ impl DataPath {
     }
 }
 
-fn do_writeback(dev: &Device, wb: Writeback) {
+fn do_writeback(mem: &mut DmaCache, dev: &Device, wb: Writeback) {
     let r = match wb {
-        Writeback::U64(a, v) => dev.dma.write_u64(a, v),
-        Writeback::U32(a, v) => dev.dma.write_u32(a, v),
+        Writeback::U64(a, v) => mem.write_u64(&dev.dma, a, v),
+        Writeback::U32(a, v) => mem.write_u32(&dev.dma, a, v),
     };
     if let Err(e) = r {
         crate::device::bump(&dev.counters.dma_faults, 1);

@@ -34,6 +34,7 @@
 
 mod datapath;
 mod device;
+mod dmacache;
 mod filter;
 mod pci;
 pub mod regfile;

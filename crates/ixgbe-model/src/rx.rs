@@ -17,6 +17,7 @@
 
 use crate::datapath::{DataPath, Writeback};
 use crate::device::{bump, Device};
+use crate::dmacache::DmaCache;
 use crate::regs::{bits::*, off};
 use crate::wire::RxFrame;
 
@@ -31,14 +32,14 @@ const ADV_RXE: u64 = 1 << 29;
 pub(crate) fn run(dp: &mut DataPath, dev: &Device) -> usize {
     let mut work = 0;
     loop {
-        let frame = match dp.held.take() {
+        let mut frame = match dp.held.take() {
             Some(f) => f,
             None => match dev.wire.rx_fifo.pop() {
                 Some(f) => f,
                 None => break,
             },
         };
-        match deliver(dp, dev, &frame) {
+        match deliver(dp, dev, &mut frame) {
             Outcome::Done => {
                 work += 1;
                 dev.wire.recycle_rx(frame.data);
@@ -59,7 +60,7 @@ enum Outcome {
     Wait,
 }
 
-fn deliver(dp: &mut DataPath, dev: &Device, frame: &RxFrame) -> Outcome {
+fn deliver(dp: &mut DataPath, dev: &Device, frame: &mut RxFrame) -> Outcome {
     let c = &dev.counters;
     let q = usize::from(frame.class.queue);
     let mut ring = dp.rx[q];
@@ -90,7 +91,11 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &RxFrame) -> Outcome {
     };
     // the MAC strips the CRC when HLREG0.RXCRCSTRP; otherwise it is DMA'd
     let strip = dev.regs.get(off::HLREG0) & HLREG0_RXCRCSTRP != 0;
-    let crc = crc32fast::hash(&frame.data).to_le_bytes();
+    let crc = if strip {
+        [0; 4]
+    } else {
+        crc32fast::hash(&frame.data).to_le_bytes()
+    };
     let total = frame.data.len() + if strip { 0 } else { 4 };
     let needed = total.div_ceil(bsize) as u32;
     let tail = dev.regs.get(off::rdt(q));
@@ -100,7 +105,11 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &RxFrame) -> Outcome {
         (tail + ring.count - ring.head) % ring.count
     };
     if free < needed {
-        dev.regs.count(off::rnbc(0), 1);
+        if !frame.waited {
+            // RNBC counts frames that found no descriptor, once each
+            frame.waited = true;
+            dev.regs.count(off::rnbc(0), 1);
+        }
         if srrctl & SRRCTL_DROP_EN == 0 {
             return Outcome::Wait;
         }
@@ -124,7 +133,7 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &RxFrame) -> Outcome {
         let da = ring.desc_addr(idx);
         let chunk = (total - written).min(bsize);
         let last = k + 1 == needed;
-        let buf = match dev.dma.read_u64(da) {
+        let buf = match dp.mem.read_u64(&dev.dma, da) {
             Ok(b) => b,
             Err(e) => {
                 bump(&c.dma_faults, 1);
@@ -135,7 +144,7 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &RxFrame) -> Outcome {
                 continue;
             }
         };
-        if let Err(e) = write_chunk(dev, buf, &frame.data, &crc, written, chunk) {
+        if let Err(e) = write_chunk(&mut dp.mem, dev, buf, &frame.data, &crc, written, chunk) {
             bump(&c.dma_faults, 1);
             dev.strict.record("7.1.5", || {
                 format!("RX queue {q} descriptor {idx}: buffer address outside DMA memory ({e})")
@@ -175,6 +184,7 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &RxFrame) -> Outcome {
 
 /// Bytes `[from, from+len)` of frame+CRC into the buffer at `buf`.
 fn write_chunk(
+    mem: &mut DmaCache,
     dev: &Device,
     buf: u64,
     data: &[u8],
@@ -185,13 +195,13 @@ fn write_chunk(
     let end = from + len;
     let data_end = end.min(data.len());
     if from < data_end {
-        dev.dma.write(buf, &data[from..data_end])?;
+        mem.write(&dev.dma, buf, &data[from..data_end])?;
     }
     if end > data.len() {
         let c0 = from.max(data.len()) - data.len();
         let c1 = end - data.len();
-        dev.dma
-            .write(buf + (from.max(data.len()) - from) as u64, &crc[c0..c1])?;
+        let at = buf + (from.max(data.len()) - from) as u64;
+        mem.write(&dev.dma, at, &crc[c0..c1])?;
     }
     Ok(())
 }

@@ -95,7 +95,10 @@ fn gather_packet(dp: &mut DataPath, dev: &Device, q: usize, ring: &Ring, tail: u
     let mut i = ring.head;
     while i != tail {
         let a = ring.desc_addr(i);
-        let (d0, d1) = match (dev.dma.read_u64(a), dev.dma.read_u64(a + 8)) {
+        let (d0, d1) = match (
+            dp.mem.read_u64(&dev.dma, a),
+            dp.mem.read_u64(&dev.dma, a + 8),
+        ) {
             (Ok(d0), Ok(d1)) => (d0, d1),
             _ => {
                 bump(&dev.counters.dma_faults, 1);
@@ -145,7 +148,7 @@ fn send_packet(dp: &mut DataPath, dev: &Device, q: usize, peer: &PeerNow) -> boo
         }
         let at = dp.frame.len();
         dp.frame.resize(at + len, 0);
-        if let Err(e) = dev.dma.read(d0, &mut dp.frame[at..]) {
+        if let Err(e) = dp.mem.read(&dev.dma, d0, &mut dp.frame[at..]) {
             bump(&c.dma_faults, 1);
             dev.strict.record("7.2.3.2.2", || {
                 format!("TX queue {q} descriptor {idx}: buffer address outside DMA memory ({e})")

@@ -24,6 +24,8 @@ use std::sync::{Arc, Weak};
 pub(crate) struct RxFrame {
     pub data: Vec<u8>,
     pub class: filter::Class,
+    /// Already counted as finding no descriptor (RNBC) while it waits.
+    pub waited: bool,
 }
 
 /// Where transmitted frames go.
@@ -169,7 +171,11 @@ pub(crate) fn receive(dev: &Device, frame: &[u8]) -> bool {
     };
     buf.clear();
     buf.extend_from_slice(frame);
-    match dev.wire.rx_fifo.push(RxFrame { data: buf, class }) {
+    match dev.wire.rx_fifo.push(RxFrame {
+        data: buf,
+        class,
+        waited: false,
+    }) {
         Ok(()) => {
             filter::count_received(dev, frame, &class);
             true
