@@ -2,13 +2,14 @@
 //! in-order forwarding of random-size frames, exact drop accounting under
 //! overload, RX errors counted, RSS, and every buffer back in its pool.
 //!
-//! Packet counts are moderate in debug builds; `NFKIT_LONG=1` (with
-//! `--release`) runs the free-running forwarding test with 10 million
-//! packets.
+//! Packet counts are moderate in debug builds. The free-running
+//! forwarding tests (here and in `agent_model.rs`) take their count from
+//! `NFKIT_PACKETS`, or run 10 million packets with `NFKIT_LONG=1`:
+//! `NFKIT_LONG=1 cargo test --release -p nfkit-ixgbe free_running`.
 
 mod common;
 
-use common::{assert_no_violations, frame, len_of, long_run, model, seq_of, Bench, Mode};
+use common::{assert_no_violations, frame, len_of, model, packet_count, seq_of, Bench, Mode};
 use nfkit_hw::{Batch, Mempool};
 use nfkit_ixgbe::{DeviceConfig, RxQueue, TxQueue};
 use nfkit_ixgbe_model::{Faults, ModelConfig, Nic82599, SimBar, TrafficGen};
@@ -116,7 +117,7 @@ fn lock_step_forward(total: u64, faults: Faults) {
 
 #[test]
 fn free_running_forwarding_without_loss() {
-    let total: u64 = if long_run() { 10_000_000 } else { 30_000 };
+    let total: u64 = packet_count(30_000);
     let mut bench = Bench::new(Mode::FreeRunning);
     let nic = bench.nic(model(1));
     let pool = Mempool::new(&*bench.dma, "fwd", 4096, 4096).unwrap();
@@ -143,7 +144,7 @@ fn free_running_forwarding_without_loss() {
     // flight, well below what the ring holds, so nothing may be lost.
     let window = 256;
     let mut seq = 0;
-    let deadline = Instant::now() + Duration::from_secs(if long_run() { 3600 } else { 120 });
+    let deadline = Instant::now() + Duration::from_secs(120 + total / 5_000);
     while expect.seen < total {
         assert!(
             Instant::now() < deadline,

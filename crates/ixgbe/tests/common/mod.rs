@@ -104,6 +104,22 @@ pub fn long_run() -> bool {
     std::env::var("NFKIT_LONG").is_ok_and(|v| v == "1")
 }
 
+/// Packets for a long-capable test: `NFKIT_PACKETS` if set, else 10
+/// million with `NFKIT_LONG=1`, else `default` (sized for debug builds).
+pub fn packet_count(default: u64) -> u64 {
+    if let Some(n) = std::env::var("NFKIT_PACKETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    if long_run() {
+        10_000_000
+    } else {
+        default
+    }
+}
+
 /// A test frame: `len` bytes (60..=1518), destination `dst`, a local
 /// experimental ethertype (0x88B5, so no filter or RSS parses it), the
 /// sequence number, then pseudo-random bytes derived from it.
