@@ -59,12 +59,17 @@ fn main() {
     let frames: Vec<(Vec<u8>, usize)> = (0..flows)
         .map(|i| {
             let src = Ipv4Addr::from(0x0a00_0002 + i);
-            let port = if name == "lb" { 1 } else { 0 };
+            // Clients arrive on the WAN side for the LB and the policer; the
+            // bridge sees stations on both ports, each talking to a station
+            // on the other one.
+            let port = match name {
+                "lb" | "policer" => 1,
+                "bridge" => (i % 2) as usize,
+                _ => 0,
+            };
+            let mac = |j: u32| MacAddr([2, 0, 0, 1, (j >> 8) as u8, j as u8]);
             let f = FrameBuilder::udp((src, 1024 + (i % 60000) as u16), (dst, 53))
-                .macs(
-                    MacAddr([2, 0, 0, 0, (i >> 8) as u8, i as u8]),
-                    MacAddr([2, 0, 0, 0, 0, 0xfe]),
-                )
+                .macs(mac(i), mac(i ^ 1))
                 .payload(&[0; 18])
                 .build();
             (f, port)
