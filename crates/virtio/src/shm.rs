@@ -8,9 +8,10 @@
 //! rings and pools are allocated (backends accept few regions; DPDK
 //! needs `--single-file-segments` for the same reason).
 //!
-//! Device addresses are our virtual addresses: the memory table we send
-//! says guest-physical = user address (as DPDK's virtio-user does), so a
-//! buffer's address means the same thing on both sides of the socket.
+//! Device addresses are by default our virtual addresses: the memory
+//! table we send says guest-physical = user address (as DPDK's
+//! virtio-user does), so a buffer's address means the same thing on both
+//! sides of the socket.
 //!
 //! Freed regions are not reused (the arena lives as long as the port);
 //! size the arena for the rings and pools of one device.
@@ -56,6 +57,8 @@ impl DmaBacking for Held {}
 pub struct MemfdArena {
     map: Arc<Mapping>,
     next: Arc<Mutex<usize>>,
+    /// Device address of the first byte.
+    device_base: u64,
 }
 
 impl std::fmt::Debug for MemfdArena {
@@ -70,8 +73,18 @@ impl std::fmt::Debug for MemfdArena {
 
 impl MemfdArena {
     /// An arena of `len` bytes (rounded up to 4 KiB) named `name` (the
-    /// name shows in /proc/PID/maps).
+    /// name shows in /proc/PID/maps), whose device addresses are its
+    /// virtual addresses.
     pub fn new(name: &str, len: usize) -> Result<Self, HwError> {
+        let mut arena = Self::with_device_base(name, len, 0)?;
+        arena.device_base = arena.map.base.as_ptr() as u64;
+        Ok(arena)
+    }
+
+    /// An arena whose first byte has device address `device_base` (e.g.
+    /// below 16 TiB for a legacy device model, whose queue addresses are
+    /// 32-bit page numbers).
+    pub fn with_device_base(name: &str, len: usize, device_base: u64) -> Result<Self, HwError> {
         let len = len.div_ceil(ALIGN).max(1) * ALIGN;
         let cname = std::ffi::CString::new(format!("nfkit-{name}"))
             .map_err(|_| HwError::Invalid(format!("memfd name `{name}` contains a NUL byte")))?;
@@ -106,6 +119,7 @@ impl MemfdArena {
         Ok(MemfdArena {
             map: Arc::new(Mapping { file, base, len }),
             next: Arc::new(Mutex::new(0)),
+            device_base,
         })
     }
 
@@ -113,9 +127,14 @@ impl MemfdArena {
     pub fn file(&self) -> &File {
         &self.map.file
     }
-    /// Virtual address of the first byte (= its device address).
+    /// Virtual address of the first byte.
     pub fn base_addr(&self) -> u64 {
         self.map.base.as_ptr() as u64
+    }
+    /// Device address of the first byte (what a memory table calls its
+    /// guest-physical address).
+    pub fn device_base(&self) -> u64 {
+        self.device_base
     }
     /// Size of the arena.
     pub fn len(&self) -> usize {
@@ -144,11 +163,12 @@ impl DmaAllocator for MemfdArena {
         *next = start + rounded;
         // SAFETY: `start + size <= len`, so the pointer stays in the mapping.
         let ptr = unsafe { NonNull::new_unchecked(self.map.base.as_ptr().add(start)) };
-        let addr = ptr.as_ptr() as u64;
+        let addr = self.device_base + start as u64;
         // SAFETY: bytes [start, start+size) of a fresh memfd are zero and
         // were never handed out before (bump allocation); the mapping
-        // stays alive through `Held`; translation is the identity, which
-        // is what the memory table we send to the backend says.
+        // stays alive through `Held`; the translation is the arena's
+        // device base plus the offset, which is what the memory table
+        // sent to the backend says.
         Ok(unsafe {
             DmaRegion::from_raw_parts(
                 ptr,

@@ -147,7 +147,7 @@ pub fn connect(path: &Path, cfg: &FrontendConfig) -> Result<VirtioUser, VirtioEr
         vqs.push(Virtqueue::new(&arena, LayoutKind::Modern, size, event_idx)?);
     }
     let region = VhostUserMemoryRegionInfo {
-        guest_phys_addr: arena.base_addr(),
+        guest_phys_addr: arena.device_base(),
         memory_size: arena.len() as u64,
         userspace_addr: arena.base_addr(),
         mmap_offset: 0,
