@@ -53,13 +53,26 @@ pub struct DeviceStats {
     pub tx_bytes: u64,
     /// Frames missed because the packet buffer was full (MPC, all 8).
     pub rx_missed: u64,
-    /// Frames dropped because their queue had no free descriptor (QPRDC;
-    /// all queues count in set 0, the RQSMR default).
+    /// Frames dropped because their queue had no free descriptor (QPRDC,
+    /// summed over the 16 sets).
     pub rx_no_descriptor: u64,
     /// Frames with a CRC error (CRCERRS).
     pub rx_crc_errors: u64,
     /// Frames with a length error (RLEC).
     pub rx_length_errors: u64,
+    /// Per-queue counter sets: queue q counts in set q mod 16.
+    pub queues: [QueueHwStats; regs::QUEUE_STAT_SETS],
+}
+
+/// One set of per-queue hardware counters (§8.2.3.23.71-75).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueHwStats {
+    /// Packets received into the queue(s) of this set (QPRC).
+    pub rx_packets: u64,
+    /// Packets transmitted from them (QPTC).
+    pub tx_packets: u64,
+    /// Frames dropped for want of a free descriptor (QPRDC).
+    pub rx_no_descriptor: u64,
 }
 
 impl DeviceStats {
@@ -228,7 +241,8 @@ impl<B: Bar> Device<B> {
     /// second or so (the 32-bit counters wrap after ~290 s at 14.88 Mpps).
     pub fn stats(&self) -> DeviceStats {
         let r = &self.shared.regs;
-        let mut s = self.shared.stats.lock();
+        let mut totals = self.shared.stats.lock();
+        let s = &mut *totals;
         s.rx_packets += r.read(&regs::GPRC, 0) as u64;
         s.tx_packets += r.read(&regs::GPTC, 0) as u64;
         // 36-bit octet counters: low register first, then high.
@@ -239,9 +253,13 @@ impl<B: Bar> Device<B> {
         s.rx_missed += (0..regs::MPC.count())
             .map(|i| r.read(&regs::MPC, i) as u64)
             .sum::<u64>();
-        s.rx_no_descriptor += (0..regs::QPRDC.count())
-            .map(|i| r.read(&regs::QPRDC, i) as u64)
-            .sum::<u64>();
+        for (i, q) in s.queues.iter_mut().enumerate() {
+            q.rx_packets += r.read(&regs::QPRC, i) as u64;
+            q.tx_packets += r.read(&regs::QPTC, i) as u64;
+            let no_descriptor = r.read(&regs::QPRDC, i) as u64;
+            q.rx_no_descriptor += no_descriptor;
+            s.rx_no_descriptor += no_descriptor;
+        }
         s.rx_crc_errors += r.read(&regs::CRCERRS, 0) as u64;
         s.rx_length_errors += r.read(&regs::RLEC, 0) as u64;
         *s

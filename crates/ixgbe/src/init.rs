@@ -52,8 +52,7 @@ pub(crate) fn initialize<P: PciFunction>(
     // §4.6.4 "Link Setup": AUTOC/AUTOC2 are loaded from the EEPROM, which
     // describes the board's PHY/module; the driver trusts that set-up and
     // only waits for the link at the end.
-    // §4.6.5 "Statistics": the global reset cleared every counter, so no
-    // read is needed to start from zero.
+    init.map_queue_statistics();
     init.init_receive_filters();
     init.dcb_and_virtualization_off();
     init.init_transmit();
@@ -207,6 +206,24 @@ impl<B: Bar> Init<'_, B> {
         self.poll(Step::DmaInitDone, "RDRXCTL.DMAIDONE", || {
             r.is_set(&regs::RDRXCTL, 0, regs::rdrxctl::DMAIDONE)
         })
+    }
+
+    /// §4.6.5 "Statistics": the global reset cleared every counter, so no
+    /// read is needed to start from zero. There are 16 sets of per-queue
+    /// counters (QPRC, QPTC, QPRDC...); by default every queue counts in
+    /// set 0. Map queue q to set q mod 16: queues 0-15 get their own set,
+    /// higher queues share.
+    fn map_queue_statistics(&self) {
+        let r = &self.regs;
+        for reg in 0..regs::RQSMR.count() {
+            let mut value = 0u32;
+            for byte in 0..4 {
+                let queue = reg * 4 + byte;
+                value |= ((queue % regs::QUEUE_STAT_SETS) as u32) << (8 * byte);
+            }
+            r.write(&regs::RQSMR, reg, value);
+            r.write(&regs::TQSM, reg, value);
+        }
     }
 
     /// §4.6.7 "Receive Initialization", global part (queues are set up

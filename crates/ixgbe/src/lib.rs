@@ -72,7 +72,7 @@ pub use agent::{
     run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE, FLUSH_PERIOD,
     MAX_OUTPUTS, RECYCLE_PERIOD,
 };
-pub use device::{Device, DeviceConfig, DeviceStats, Link};
+pub use device::{Device, DeviceConfig, DeviceStats, Link, QueueHwStats};
 pub use error::{InitError, Step};
 pub use init::InitReport;
 pub use pci::{DEVICE_IDS_82599, VENDOR_INTEL};

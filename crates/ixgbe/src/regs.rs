@@ -328,6 +328,12 @@ pub const GORCL: Reg = Reg::one("GORCL", "8.2.3.23.28", 0x04088);
 pub const GORCH: Reg = Reg::one("GORCH", "8.2.3.23.28", 0x0408C);
 pub const GOTCL: Reg = Reg::one("GOTCL", "8.2.3.23.29", 0x04090);
 pub const GOTCH: Reg = Reg::one("GOTCH", "8.2.3.23.29", 0x04094);
+/// Queue-to-statistics mapping: four queues per register, one byte each
+/// holding the index (0-15) of the counter set the queue counts in.
+pub const RQSMR: Reg = Reg::array("RQSMR", "8.2.3.8.15", 0x02300, 32, 4);
+pub const TQSM: Reg = Reg::array("TQSM", "8.2.3.9.14", 0x08600, 32, 4);
+/// Counter sets of per-queue statistics.
+pub const QUEUE_STAT_SETS: usize = 16;
 pub const QPRC: Reg = Reg::array("QPRC", "8.2.3.23.71", 0x01030, 16, QUEUE_STRIDE);
 pub const QPRDC: Reg = Reg::array("QPRDC", "8.2.3.23.72", 0x01430, 16, QUEUE_STRIDE);
 pub const QPTC: Reg = Reg::array("QPTC", "8.2.3.23.75", 0x08680, 16, 4);
@@ -419,8 +425,8 @@ mod tests {
             RDBAH, RDLEN, DCA_RXCTRL, RDH, SRRCTL, RDT, RXDCTL, RDRXCTL, RXCTRL, RXPBSIZE, HLREG0,
             LINKS, SECRXCTRL, SECRXSTAT, FCTRL, MTA, RAL, RAH, MPSAR, MRQC, RETA, RSSRK, FTQF,
             PFVLVF, PFVLVFB, PFUTA, TDBAL, TDBAH, TDLEN, DCA_TXCTRL, TDH, TDT, TXDCTL, TDWBAL,
-            TDWBAH, DMATXCTL, DTXMXSZRQ, TXPBSIZE, TXPBTHRESH, RTTDCS, RTTDQSEL, RTTDT1C, CRCERRS,
-            RLEC, MPC, GPRC, GPTC, GORCL, GORCH, GOTCL, GOTCH, QPRC, QPRDC, QPTC,
+            TDWBAH, DMATXCTL, DTXMXSZRQ, TXPBSIZE, TXPBTHRESH, RTTDCS, RTTDQSEL, RTTDT1C, RQSMR,
+            TQSM, CRCERRS, RLEC, MPC, GPRC, GPTC, GORCL, GORCH, GOTCL, GOTCH, QPRC, QPRDC, QPTC,
         ];
         let mut seen = std::collections::HashMap::new();
         for r in all {

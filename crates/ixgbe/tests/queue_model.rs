@@ -316,6 +316,11 @@ fn rss_spreads_flows_over_queues() {
         per_queue.iter().all(|&n| n > 0),
         "every queue gets flows: {per_queue:?}"
     );
+    let stats = dev.stats();
+    assert_eq!(stats.rx_packets, 640);
+    for (q, &n) in per_queue.iter().enumerate() {
+        assert_eq!(stats.queues[q].rx_packets, n as u64, "QPRC of queue {q}");
+    }
     assert_no_violations(&nic);
 }
 
