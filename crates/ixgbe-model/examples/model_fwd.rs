@@ -14,14 +14,20 @@ use std::time::{Duration, Instant};
 const RING: usize = 1024;
 
 fn main() {
-    let total: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
+    let total: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2_000_000);
     let dma = SimDma::new();
     let nic = Nic82599::new(ModelConfig::default(), dma.clone());
     let pci = nic.pci();
     let bar = pci.map_bar(0).unwrap();
     let clock = SystemClock::default();
     let wait = |off: usize, mask: u32, want: u32| {
-        assert!(poll_until(&clock, Duration::from_secs(1), || bar.read32(off) & mask == want))
+        assert!(poll_until(&clock, Duration::from_secs(1), || bar
+            .read32(off)
+            & mask
+            == want))
     };
     // §4.6.3 (abridged: the model was just powered on)
     pci.config_write16(4, 0x0406).unwrap();

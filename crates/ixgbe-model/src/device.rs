@@ -318,7 +318,7 @@ impl Device {
         }
     }
 
-    /// RAL0/RAH0 from the EEPROM (§8.2.3.7.9-10: "loaded from the EEPROM").
+    /// RAL0/RAH0 from the EEPROM (§8.2.3.7.8-9: loaded from the EEPROM).
     fn load_mac_from_eeprom(&self) {
         let m = self.cfg.mac;
         self.regs
@@ -651,7 +651,7 @@ impl Device {
             self.check_init_done(slot);
             if self.regs.get(off::SECRXCTRL) & SECRXCTRL_RX_DIS == 0 {
                 self.strict.record("4.6.7", || {
-                    "RXCTRL.RXEN set while SECRXCTRL.RX_DIS is clear; halt the RX security path (RX_DIS, poll SECRXSTAT.SECRX_RDY) before enabling receive (§8.2.3.26.5)".into()
+                    "RXCTRL.RXEN set while SECRXCTRL.RX_DIS is clear; halt the RX security path (RX_DIS, poll SECRXSTAT.SECRX_RDY) before enabling receive (§8.2.3.12.5)".into()
                 });
             } else if self.regs.get(off::SECRXSTAT) & SECRXSTAT_SECRX_RDY == 0 {
                 self.strict.record("4.6.7", || {

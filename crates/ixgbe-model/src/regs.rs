@@ -161,12 +161,13 @@ const fn alias(def: RegDef, of: &'static str) -> RegDef {
 
 use Access::*;
 
-/// Power-on/reset value of RXPBSIZE(0): 512 KB in bits 19:10 (§8.2.3.9.? "RXPBSIZE").
+/// Power-on/reset value of RXPBSIZE(0): 512 KB in bits 19:10 (§8.2.3.8.9).
 pub const RXPBSIZE0_RESET: u32 = 0x200 << 10;
 /// Reset value of TXPBSIZE(0): 160 KB in bits 19:10 (§8.2.3.9.13).
 pub const TXPBSIZE0_RESET: u32 = 0xA0 << 10;
 
 /// Scalar registers.
+#[rustfmt::skip]
 pub const SCALARS: &[RegDef] = &[
     // General control (§8.2.3.1)
     r("CTRL", 0x00000, 0, RwSc, Id::Ctrl, "8.2.3.1.1"),
@@ -178,25 +179,18 @@ pub const SCALARS: &[RegDef] = &[
     r("EEC", 0x10010, 0, Rw, Id::Eec, "8.2.3.2.1"),
     r("EERD", 0x10014, 0, Rw, Id::Plain, "8.2.3.2.2"),
     r("FWSM", 0x10148, 0, Ro, Id::Fwsm, "8.2.3.4.10"),
-    r("GCR_EXT", 0x11050, 0, Rw, Id::Plain, "8.2.3.4.4"),
+    r("GCR_EXT", 0x11050, 0, Rw, Id::Plain, "8.2.3.4.12"),
     // Interrupts (§8.2.3.5)
     r("EICR", 0x00800, 0, W1c, Id::Eicr, "8.2.3.5.1"),
-    r("EICS", 0x00808, 0, Wo, Id::Eics, "8.2.3.5.3"),
-    r("EIAC", 0x00810, 0, Rw, Id::Plain, "8.2.3.5.16"),
-    r("EIMS", 0x00880, 0, Rw, Id::Eims, "8.2.3.5.4"),
-    r("EIMC", 0x00888, 0, Wo, Id::Eimc, "8.2.3.5.5"),
+    r("EICS", 0x00808, 0, Wo, Id::Eics, "8.2.3.5.2"),
+    r("EIAC", 0x00810, 0, Rw, Id::Plain, "8.2.3.5.5"),
+    r("EIMS", 0x00880, 0, Rw, Id::Eims, "8.2.3.5.3"),
+    r("EIMC", 0x00888, 0, Wo, Id::Eimc, "8.2.3.5.4"),
     r("EIAM", 0x00890, 0, Rw, Id::Plain, "8.2.3.5.6"),
     r("GPIE", 0x00898, 0, Rw, Id::Plain, "8.2.3.5.11"),
     r("IVAR_MISC", 0x00A00, 0, Rw, Id::Plain, "8.2.3.5.14"),
     // Receive (§8.2.3.8, §8.2.3.7)
-    r(
-        "RDRXCTL",
-        0x02F00,
-        0x0000_0880,
-        Rw,
-        Id::Rdrxctl,
-        "8.2.3.8.8",
-    ),
+    r("RDRXCTL", 0x02F00, 0x0000_0880, Rw, Id::Rdrxctl, "8.2.3.8.8"),
     r("RXCTRL", 0x03000, 0, Rw, Id::Rxctrl, "8.2.3.8.10"),
     r("RXCSUM", 0x05000, 0, Rw, Id::Plain, "8.2.3.7.5"),
     r("RFCTL", 0x05008, 0, Rw, Id::Plain, "8.2.3.7.6"),
@@ -210,14 +204,7 @@ pub const SCALARS: &[RegDef] = &[
     r("HLREG0", 0x04240, 0x0100_2403, Rw, Id::Plain, "8.2.3.22.8"),
     r("MAXFRS", 0x04268, 0x05EE_0000, Rw, Id::Plain, "8.2.3.22.13"),
     r("MFLCN", 0x04294, 0x0000_0002, Rw, Id::Plain, "8.2.3.22.34"),
-    r(
-        "AUTOC",
-        0x042A0,
-        0x0000_6000,
-        RwSc,
-        Id::Autoc,
-        "8.2.3.22.19",
-    ),
+    r("AUTOC", 0x042A0, 0x0000_6000, RwSc, Id::Autoc, "8.2.3.22.19"),
     r("LINKS", 0x042A4, 0, Ro, Id::Links, "8.2.3.22.20"),
     r("AUTOC2", 0x042A8, 0, Rw, Id::Plain, "8.2.3.22.21"),
     // Flow control (§8.2.3.3)
@@ -226,24 +213,17 @@ pub const SCALARS: &[RegDef] = &[
     // DCB (§8.2.3.10)
     r("RTRPCS", 0x02430, 0, Rw, Id::Plain, "8.2.3.10.1"),
     r("RTTDCS", 0x04900, 0, Rw, Id::Plain, "8.2.3.10.2"),
-    r("RTTDQSEL", 0x04904, 0, Rw, Id::Plain, "8.2.3.10.14"),
-    r("RTTDT1C", 0x04908, 0, Rw, Id::Plain, "8.2.3.10.15"),
+    r("RTTDQSEL", 0x04904, 0, Rw, Id::Plain, "8.2.3.10.13"),
+    r("RTTDT1C", 0x04908, 0, Rw, Id::Plain, "8.2.3.10.14"),
     r("RTTPCS", 0x0CD00, 0, Rw, Id::Plain, "8.2.3.10.3"),
     // Transmit (§8.2.3.9)
     r("DMATXCTL", 0x04A80, 0, Rw, Id::Dmatxctl, "8.2.3.9.2"),
-    r(
-        "DTXMXSZRQ",
-        0x08100,
-        0x0000_0010,
-        Rw,
-        Id::Plain,
-        "8.2.3.9.1",
-    ),
+    r("DTXMXSZRQ", 0x08100, 0x0000_0010, Rw, Id::Plain, "8.2.3.9.1"),
     r("MTQC", 0x08120, 0, Rw, Id::Plain, "8.2.3.9.15"),
-    // Security (§8.2.3.26)
-    r("SECTXCTRL", 0x08800, 0, Rw, Id::Plain, "8.2.3.26.1"),
-    r("SECRXCTRL", 0x08D00, 0, Rw, Id::Secrxctrl, "8.2.3.26.5"),
-    r("SECRXSTAT", 0x08D04, 0, Ro, Id::Secrxstat, "8.2.3.26.6"),
+    // Security (§8.2.3.12)
+    r("SECTXCTRL", 0x08800, 0, Rw, Id::Plain, "8.2.3.12.1"),
+    r("SECRXCTRL", 0x08D00, 0, Rw, Id::Secrxctrl, "8.2.3.12.5"),
+    r("SECRXSTAT", 0x08D04, 0, Ro, Id::Secrxstat, "8.2.3.12.6"),
     // Statistics (§8.2.3.23): all clear-on-read
     r("CRCERRS", 0x04000, 0, Rc, Id::Stat, "8.2.3.23.1"),
     r("ILLERRC", 0x04004, 0, Rc, Id::Stat, "8.2.3.23.2"),
@@ -284,12 +264,13 @@ pub const SCALARS: &[RegDef] = &[
 ];
 
 /// Register arrays (not per queue).
+#[rustfmt::skip]
 pub const ARRAYS: &[RegDef] = &[
     arr("EITR", 0x00820, 24, 4, 0, Rw, Id::Plain, "8.2.3.5.12"),
     arr("IVAR", 0x00900, 64, 4, 0, Rw, Id::Plain, "8.2.3.5.13"),
-    arr("EICS_EX", 0x00A90, 2, 4, 0, Wo, Id::Plain, "8.2.3.5.3"),
-    arr("EIMS_EX", 0x00AA0, 2, 4, 0, Rw, Id::EimsEx, "8.2.3.5.4"),
-    arr("EIMC_EX", 0x00AB0, 2, 4, 0, Wo, Id::EimcEx, "8.2.3.5.5"),
+    arr("EICS_EX", 0x00A90, 2, 4, 0, Wo, Id::Plain, "8.2.3.5.7"),
+    arr("EIMS_EX", 0x00AA0, 2, 4, 0, Rw, Id::EimsEx, "8.2.3.5.8"),
+    arr("EIMC_EX", 0x00AB0, 2, 4, 0, Wo, Id::EimcEx, "8.2.3.5.9"),
     arr("EIAM_EX", 0x00AD0, 2, 4, 0, Rw, Id::Plain, "8.2.3.5.7"),
     // Flow control
     arr("FCTTV", 0x03200, 4, 4, 0, Rw, Id::Plain, "8.2.3.3.3"),
@@ -309,8 +290,8 @@ pub const ARRAYS: &[RegDef] = &[
     arr("MTA", 0x05200, 128, 4, 0, Rw, Id::Plain, "8.2.3.7.7"),
     arr("ETQF", 0x05128, 8, 4, 0, Rw, Id::Plain, "8.2.3.7.18"),
     arr("VFTA", 0x0A000, 128, 4, 0, Rw, Id::Plain, "8.2.3.7.9"),
-    arr("RAL", 0x0A200, 128, 8, 0, Rw, Id::Plain, "8.2.3.7.9"),
-    arr("RAH", 0x0A204, 128, 8, 0, Rw, Id::Plain, "8.2.3.7.10"),
+    arr("RAL", 0x0A200, 128, 8, 0, Rw, Id::Plain, "8.2.3.7.8"),
+    arr("RAH", 0x0A204, 128, 8, 0, Rw, Id::Plain, "8.2.3.7.9"),
     arr("MPSAR", 0x0A600, 256, 4, 0, Rw, Id::Plain, "8.2.3.7.10"),
     arr("FTQF", 0x0E600, 128, 4, 0, Rw, Id::Plain, "8.2.3.7.19"),
     arr("ETQS", 0x0EC00, 8, 4, 0, Rw, Id::Plain, "8.2.3.7.20"),
@@ -319,7 +300,7 @@ pub const ARRAYS: &[RegDef] = &[
     arr("ERETA", 0x0EE80, 96, 4, 0, Rw, Id::Plain, "8.2.3.7.17"),
     arr("PFVLVF", 0x0F100, 64, 4, 0, Rw, Id::Plain, "8.2.3.27.15"),
     arr("PFVLVFB", 0x0F200, 128, 4, 0, Rw, Id::Plain, "8.2.3.27.16"),
-    arr("PFUTA", 0x0F400, 128, 4, 0, Rw, Id::Plain, "8.2.3.27.12"),
+    arr("PFUTA", 0x0F400, 128, 4, 0, Rw, Id::Plain, "8.2.3.27.17"),
     // Statistics arrays
     arr("MPC", 0x03FA0, 8, 4, 0, Rc, Id::Stat, "8.2.3.23.4"),
     arr("RNBC", 0x03FC0, 8, 4, 0, Rc, Id::Stat, "8.2.3.23.36"),
@@ -333,6 +314,7 @@ pub const ARRAYS: &[RegDef] = &[
 ];
 
 /// Per-queue receive registers (§8.2.3.8), two rows each.
+#[rustfmt::skip]
 pub const RX_QUEUES: &[[RegDef; 2]] = &[
     rxq("RDBAL", 0x00, 0, Rw, Id::Rdbal, "8.2.3.8.1"),
     rxq("RDBAH", 0x04, 0, Rw, Id::Rdbah, "8.2.3.8.2"),
@@ -345,82 +327,24 @@ pub const RX_QUEUES: &[[RegDef; 2]] = &[
 ];
 
 /// Legacy alias addresses for RX queues 0-15 (§8.2.2).
+#[rustfmt::skip]
 pub const RX_ALIASES: &[RegDef] = &[
-    alias(
-        arr(
-            "SRRCTL",
-            0x02100,
-            16,
-            4,
-            0x0000_0402,
-            Rw,
-            Id::Srrctl,
-            "8.2.3.8.7",
-        ),
-        "SRRCTL",
-    ),
-    alias(
-        arr(
-            "DCA_RXCTRL",
-            0x02200,
-            16,
-            4,
-            0x0000_1000,
-            Rw,
-            Id::Plain,
-            "8.2.3.11.1",
-        ),
-        "DCA_RXCTRL",
-    ),
+    alias(arr("SRRCTL", 0x02100, 16, 4, 0x0000_0402, Rw, Id::Srrctl, "8.2.3.8.7"), "SRRCTL"),
+    alias(arr("DCA_RXCTRL", 0x02200, 16, 4, 0x0000_1000, Rw, Id::Plain, "8.2.3.11.1"), "DCA_RXCTRL"),
 ];
 
 /// Per-queue transmit registers (§8.2.3.9), 128 instances.
+#[rustfmt::skip]
 pub const TX_QUEUES: &[RegDef] = &[
     arr("TDBAL", 0x06000, 128, 0x40, 0, Rw, Id::Tdbal, "8.2.3.9.5"),
     arr("TDBAH", 0x06004, 128, 0x40, 0, Rw, Id::Tdbah, "8.2.3.9.6"),
     arr("TDLEN", 0x06008, 128, 0x40, 0, Rw, Id::Tdlen, "8.2.3.9.7"),
-    arr(
-        "DCA_TXCTRL",
-        0x0600C,
-        128,
-        0x40,
-        0x0000_2000,
-        Rw,
-        Id::Plain,
-        "8.2.3.11.2",
-    ),
+    arr("DCA_TXCTRL", 0x0600C, 128, 0x40, 0x0000_2000, Rw, Id::Plain, "8.2.3.11.2"),
     arr("TDH", 0x06010, 128, 0x40, 0, Rw, Id::Tdh, "8.2.3.9.8"),
     arr("TDT", 0x06018, 128, 0x40, 0, Rw, Id::Tdt, "8.2.3.9.9"),
-    arr(
-        "TXDCTL",
-        0x06028,
-        128,
-        0x40,
-        0,
-        Rw,
-        Id::Txdctl,
-        "8.2.3.9.10",
-    ),
-    arr(
-        "TDWBAL",
-        0x06038,
-        128,
-        0x40,
-        0,
-        Rw,
-        Id::Tdwbal,
-        "8.2.3.9.11",
-    ),
-    arr(
-        "TDWBAH",
-        0x0603C,
-        128,
-        0x40,
-        0,
-        Rw,
-        Id::Tdwbah,
-        "8.2.3.9.12",
-    ),
+    arr("TXDCTL", 0x06028, 128, 0x40, 0, Rw, Id::Txdctl, "8.2.3.9.10"),
+    arr("TDWBAL", 0x06038, 128, 0x40, 0, Rw, Id::Tdwbal, "8.2.3.9.11"),
+    arr("TDWBAH", 0x0603C, 128, 0x40, 0, Rw, Id::Tdwbah, "8.2.3.9.11"),
 ];
 
 /// Every row of the table, in one iterator.
@@ -627,10 +551,10 @@ pub mod bits {
     pub const TDWBAL_HEAD_WB_EN: u32 = 1 << 0;
     // DMATXCTL (§8.2.3.9.2)
     pub const DMATXCTL_TE: u32 = 1 << 0;
-    // SECRXCTRL / SECRXSTAT (§8.2.3.26.5-6)
+    // SECRXCTRL / SECRXSTAT (§8.2.3.12.5-6)
     pub const SECRXCTRL_RX_DIS: u32 = 1 << 1;
     pub const SECRXSTAT_SECRX_RDY: u32 = 1 << 0;
-    // RAH (§8.2.3.7.10)
+    // RAH (§8.2.3.7.9)
     pub const RAH_AV: u32 = 1 << 31;
     // MRQC (§8.2.3.7.12)
     pub const MRQC_MRQE_MASK: u32 = 0xF;

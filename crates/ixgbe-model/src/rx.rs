@@ -13,7 +13,7 @@
 //! A frame larger than one buffer (SRRCTL.BSIZEPACKET) spans several
 //! descriptors, EOP on the last. With no free descriptor (head == tail)
 //! the frame is dropped and counted if SRRCTL.DROP_EN is set, else it
-//! waits in the packet buffer (§7.1.3.? / §8.2.3.8.7).
+//! waits in the packet buffer (SRRCTL.DROP_EN, §8.2.3.8.7).
 
 use crate::datapath::{DataPath, Writeback};
 use crate::device::{bump, Device};

@@ -164,7 +164,7 @@ fn send_packet(dp: &mut DataPath, dev: &Device, q: usize, peer: &PeerNow) -> boo
         return rs;
     }
     let hl = dev.regs.get(off::HLREG0);
-    // §7.2.5.? CRC: the MAC appends it when IFCS (and HLREG0.TXCRCEN);
+    // CRC: the MAC appends it when IFCS (and HLREG0.TXCRCEN);
     // otherwise the buffer's last four bytes are the frame check sequence
     if !(ifcs && hl & HLREG0_TXCRCEN != 0) {
         let n = dp.frame.len();

@@ -164,7 +164,7 @@ pub(crate) fn receive(dev: &Device, frame: &[u8]) -> bool {
         return false;
     };
     let Some(mut buf) = dev.wire.rx_buffer() else {
-        // §7.1.3.? packet buffer full: missed packet (MPC)
+        // packet buffer full: a missed packet (MPC, §8.2.3.23.4)
         dev.regs.count(crate::regs::off::mpc(0), 1);
         bump(&c.rx_fifo_overflow, 1);
         return false;
