@@ -5,12 +5,24 @@
 //! `nfkit-ixgbe-model`: everything is generic over the BAR type and takes
 //! its DMA memory and its clock as trait objects.
 //!
-//! * [`Device::init`] walks datasheet §4.6.3 (see `init.rs`), with a typed
-//!   [`InitError`] naming the [`Step`] and section on any failure.
-//! * The **agent model** ([`Agent`], TinyNF): one input, up to
-//!   [`MAX_OUTPUTS`] outputs, one logical ring, packets handled in place.
+//! * [`Device::init`] walks datasheet §4.6.3 (`init.rs`, one function per
+//!   step, registers from the declarative table in [`regs`]); any failure
+//!   is an [`InitError`] naming the [`Step`] and its datasheet section.
+//!   Every wait is bounded.
+//! * The **agent model** ([`Agent`], TinyNF): one input queue, up to
+//!   [`MAX_OUTPUTS`] output queues on any devices, one logical ring of
+//!   2 KiB buffers, legacy descriptors, packets handled in place by a
+//!   [`PacketHandler`]. The receive tail follows the slowest output,
+//!   found with modular ring arithmetic ([`slowest_head`]).
 //! * The **queue model** ([`RxQueue`], [`TxQueue`], ixy/DPDK): batches of
-//!   pool buffers, which the network function may keep or allocate.
+//!   pool buffers on advanced descriptors; the network function may keep,
+//!   reorder and allocate packets. Pools need buffers of 4096 bytes
+//!   ([`MIN_RX_DATA_ROOM`]).
+//!
+//! Neither data path allocates or reads a device register: received
+//! packets are found by their DD bit, transmitted ones by the written-back
+//! head (agent) or DD bit (queue model). Device-wide counters come from
+//! [`Device::stats`], which accumulates the clear-on-read registers.
 //!
 //! ## Example: forward everything from queue 0 back out of queue 0
 //!

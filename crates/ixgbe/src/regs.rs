@@ -144,8 +144,8 @@ pub mod gcr_ext {
 }
 
 // ------------------------------------------------------------- interrupts
-/// EIMC(0) at 0x00888, EIMC_EX(1..2) at 0x00AB0/0x00AB4 (§7.3.1: three
-/// sets of interrupt registers); indexed through [`eimc_offset`].
+/// Interrupt mask clear: EIMC at 0x00888 and EIMC_EX(0..1) at
+/// 0x00AB0/0x00AB4 (§7.3.1: three sets of interrupt registers).
 pub const EIMC: Reg = Reg::one("EIMC", "8.2.3.5.9", 0x00888);
 pub const EIMC_EX: Reg = Reg::array("EIMC_EX", "8.2.3.5.9", 0x00AB0, 2, 4);
 pub mod eimc {
