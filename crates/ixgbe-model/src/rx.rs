@@ -3,7 +3,7 @@
 //!
 //! Descriptor formats (§7.1.5 legacy, §7.1.6 advanced one-buffer):
 //! - legacy read: buffer address; write-back (second quadword): length
-//!   15:0, status 39:32 (DD 32, EOP 33), errors 47:40 (RXE 47), VLAN 63:48;
+//!   15:0, status 39:32 (DD 32, EOP 33), errors 47:40 (RXE 40), VLAN 63:48;
 //!   the buffer address is left as it was;
 //! - advanced read: packet buffer address, header buffer address (bit 0
 //!   must be 0: DD); write-back: RSS type 3:0, packet type 16:4, RSS hash
@@ -23,7 +23,8 @@ use crate::wire::RxFrame;
 
 const LEGACY_DD: u64 = 1 << 32;
 const LEGACY_EOP: u64 = 1 << 33;
-const LEGACY_RXE: u64 = 1 << 47;
+/// Errors bit 0: RXE ("receive data error": CRC, symbol or other MAC error).
+const LEGACY_RXE: u64 = 1 << 40;
 const ADV_DD: u64 = 1 << 0;
 const ADV_EOP: u64 = 1 << 1;
 const ADV_RXE: u64 = 1 << 29;

@@ -155,7 +155,7 @@ fn rx_errors_flagged_in_descriptors() {
         b.nic.wire().inject(&udp_frame(MAC, 64, i));
     }
     b.nic.step();
-    let errs: Vec<bool> = (0..6).map(|i| rx.legacy(i).3 & 0x80 != 0).collect();
+    let errs: Vec<bool> = (0..6).map(|i| rx.legacy(i).3 & 0x01 != 0).collect();
     assert_eq!(errs, [false, false, true, false, false, true]);
     assert_eq!(b.nic.counters().rx_errors_injected, 2);
 }
