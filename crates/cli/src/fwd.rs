@@ -133,8 +133,8 @@ fn adapter(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> FwdReport {
     let mut agent = AgentAdapter::new(2);
     // port 0's packets go out of port 1 and the other way round
     let mut handlers = [
-        |_: &mut [u8], len: usize, out: &mut [usize]| out[1] = len,
-        |_: &mut [u8], len: usize, out: &mut [usize]| out[0] = len,
+        |_: &mut [u8], len: usize, out: &mut [u16]| out[1] = len as u16,
+        |_: &mut [u8], len: usize, out: &mut [u16]| out[0] = len as u16,
     ];
     let mut ports: [&mut dyn Port; 2] = [a, b];
     let mut at = Instant::now();

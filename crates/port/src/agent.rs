@@ -5,7 +5,8 @@
 //! whole buffer (the packet at its start, `len` bytes long, with the
 //! buffer's free space after it); the handler changes it in place and
 //! writes, for each port, the length to send on it (`0` = not on that
-//! output). The adapter receives a batch, runs the handler on each packet,
+//! output). Lengths are `u16`, as in `nfkit_ixgbe::Agent`, so one handler
+//! runs on both. The adapter receives a batch, runs the handler on each packet,
 //! and sends: the original buffer to the last output chosen, a fresh copy
 //! to every other one (a packet on two outputs needs two buffers here,
 //! where the 82599 agent model shares one).
@@ -42,7 +43,7 @@ pub struct AgentAdapter {
 /// packets can be drained from one into the other.
 struct Outputs {
     out: Vec<Batch>,
-    lens: Vec<usize>,
+    lens: Vec<u16>,
     stats: AgentStats,
 }
 
@@ -77,7 +78,7 @@ impl AgentAdapter {
     /// [`AgentAdapter::new`] (a programming error, not bad input).
     pub fn poll<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H]) -> usize
     where
-        H: FnMut(&mut [u8], usize, &mut [usize]),
+        H: FnMut(&mut [u8], usize, &mut [u16]),
     {
         let count = self.outs.out.len();
         assert!(
@@ -107,7 +108,7 @@ impl AgentAdapter {
     /// Poll until `stop` is set.
     pub fn run<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H], stop: &AtomicBool)
     where
-        H: FnMut(&mut [u8], usize, &mut [usize]),
+        H: FnMut(&mut [u8], usize, &mut [u16]),
     {
         while !stop.load(Ordering::Relaxed) {
             for _ in 0..256 {
@@ -126,7 +127,7 @@ impl Outputs {
         ports: &mut [&mut dyn Port],
         q: usize,
     ) where
-        H: FnMut(&mut [u8], usize, &mut [usize]),
+        H: FnMut(&mut [u8], usize, &mut [u16]),
     {
         let len = pkt.len();
         let room = len + pkt.tailroom();
@@ -139,7 +140,7 @@ impl Outputs {
             return;
         };
         for o in 0..last {
-            let l = self.lens[o];
+            let l = usize::from(self.lens[o]);
             if l == 0 {
                 continue;
             }
@@ -151,7 +152,7 @@ impl Outputs {
             }
         }
         self.stats.requested[last] += 1;
-        if pkt.set_len(self.lens[last]).is_ok() {
+        if pkt.set_len(usize::from(self.lens[last])).is_ok() {
             self.enqueue(last, pkt, ports, q);
         } else {
             self.stats.dropped[last] += 1;
@@ -206,14 +207,14 @@ mod tests {
         let mut ports: [&mut dyn Port; 2] = [&mut *src, &mut *sink];
         let mut seen = 0;
         let mut handlers = [
-            |buf: &mut [u8], len: usize, out: &mut [usize]| {
+            |buf: &mut [u8], len: usize, out: &mut [u16]| {
                 assert_eq!(len, 100);
                 assert!(buf.len() >= 1900, "the whole buffer is offered");
                 buf[0] = 0xee;
                 out[1] = 60; // truncated to 60 on port 1
-                out[0] = len; // and back out of port 0
+                out[0] = len as u16; // and back out of port 0
             },
-            |_: &mut [u8], _: usize, _: &mut [usize]| {},
+            |_: &mut [u8], _: usize, _: &mut [u16]| {},
         ];
         let mut a = AgentAdapter::new(2);
         while seen < 1000 {

@@ -221,12 +221,12 @@ fn agent_handler_runs_over_capture_ports() {
     let mut cut = open_spec(&format!("pcap-out:{}", o2.display())).unwrap();
     let mut ports: [&mut dyn Port; 2] = [&mut *input, &mut *cut];
     let mut handlers = [
-        |buf: &mut [u8], len: usize, out: &mut [usize]| {
+        |buf: &mut [u8], len: usize, out: &mut [u16]| {
             buf[0] = 0xaa;
-            out[0] = len;
-            out[1] = len.min(60);
+            out[0] = len as u16;
+            out[1] = len.min(60) as u16;
         },
-        |_: &mut [u8], _: usize, _: &mut [usize]| {},
+        |_: &mut [u8], _: usize, _: &mut [u16]| {},
     ];
     let mut agent = AgentAdapter::new(2);
     while !ports[0].rx_done() {
