@@ -93,8 +93,12 @@ impl ModuleStats {
     pub fn sent(&self) -> u64 {
         self.ogates.iter().map(|g| g.packets).sum()
     }
-    /// Whether `received + created == sent + consumed + dropped`.
+    /// Packets the module holds (a Queue's ring): its `queued` value.
+    pub fn held(&self) -> u64 {
+        self.extra.iter().find(|(k, _)| *k == "queued").map_or(0, |e| e.1)
+    }
+    /// Whether `received + created == sent + consumed + dropped + held`.
     pub fn balanced(&self) -> bool {
-        self.received() + self.created == self.sent() + self.consumed + self.dropped
+        self.received() + self.created == self.sent() + self.consumed + self.dropped + self.held()
     }
 }

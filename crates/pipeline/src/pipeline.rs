@@ -41,6 +41,12 @@ pub enum PipelineError {
     WorkerLost(String),
     #[error("the pipeline is running; pause it first")]
     Running,
+    #[error("cannot create capture file {path}: {source}")]
+    Capture {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 struct WorkerState {
@@ -277,6 +283,33 @@ impl Pipeline {
             self.start()?;
         }
         Ok(r)
+    }
+
+    /// Copy the traffic of output gate `ogate` of `module` into a pcap
+    /// file, without stopping the pipeline for longer than a pause: a
+    /// PcapCapture module named `name` is spliced into that edge (or
+    /// ends the gate if it was unconnected).
+    pub fn capture(
+        &mut self,
+        module: &str,
+        ogate: usize,
+        name: &str,
+        path: &std::path::Path,
+    ) -> Result<(), PipelineError> {
+        let cap = crate::modules::PcapCapture::create(path).map_err(|source| PipelineError::Capture {
+            path: path.display().to_string(),
+            source,
+        })?;
+        self.edit(|g| {
+            let next = g.target(module, ogate)?;
+            g.add_module(name, Box::new(cap))?;
+            g.disconnect(module, ogate)?;
+            g.connect(module, ogate, name, 0)?;
+            if let Some((to, igate)) = next {
+                g.connect(name, 0, &to, igate)?;
+            }
+            Ok(())
+        })
     }
 
     /// Counters of every module, worker, class and port. Module-specific
