@@ -7,5 +7,6 @@ pub mod doctor;
 pub mod fwd;
 pub mod ixgbe_port;
 pub mod lab;
+pub mod nf;
 pub mod pktgen;
 pub mod stats;

@@ -75,6 +75,15 @@ enum Cmd {
         #[arg(long)]
         rx: bool,
     },
+    /// Run a network function between ports: `nfkit nf NAME --lan SPEC
+    /// --wan SPEC [--model agent|queue] [--seconds N] [--table] [NF
+    /// options]` (`nfkit nf --help` lists everything).
+    #[command(disable_help_flag = true)]
+    Nf {
+        /// NAME, the ports and options, and the NF's own options.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
     /// Benchmarks that print figures.
     Bench {
         #[command(subcommand)]
@@ -177,6 +186,10 @@ fn main() -> Result<()> {
                 seconds,
                 rx,
             })?;
+        }
+        Cmd::Nf { args } if nfkit::nf::wants_help(&args) => println!("{}", nfkit::nf::usage()),
+        Cmd::Nf { args } => {
+            nfkit::nf::run(&nfkit::nf::parse_args(&args)?)?;
         }
         Cmd::Bench { what } => match what {
             BenchCmd::Drivers { seconds, packets } => nfkit::bench::drivers(seconds, packets)?,

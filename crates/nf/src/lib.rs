@@ -40,6 +40,7 @@
 //! `packets_in == forwarded + dropped` ([`NfStats`]).
 #![forbid(unsafe_code)]
 
+pub mod adapt;
 mod bridge;
 pub mod config;
 mod firewall;
