@@ -28,7 +28,7 @@ fn dpdk_unavailable() -> Option<String> {
     }
     let nr = "/proc/sys/vm/nr_hugepages";
     let have: u64 = std::fs::read_to_string(nr).ok()?.trim().parse().ok()?;
-    if have < 256 && std::fs::write(nr, "256").is_err() {
+    if have < 512 && std::fs::write(nr, "512").is_err() {
         return Some("cannot reserve hugepages".into());
     }
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
@@ -48,8 +48,12 @@ fn dpdk_unavailable() -> Option<String> {
     None
 }
 
+/// One testpmd at a time: they share the hugepages and the cores.
+static TESTPMD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// testpmd with one vdev, io forwarding, stats every second (which also
 /// keeps it from waiting for a key press). Stopped with SIGINT.
+/// `--in-memory`: no hugepage files are left behind if it dies.
 fn testpmd(tag: &str, vdev: &str, tx_first: bool) -> Child {
     let mut c = Command::new("dpdk-testpmd");
     c.args([
@@ -85,8 +89,9 @@ fn testpmd(tag: &str, vdev: &str, tx_first: bool) -> Child {
         .expect("starting dpdk-testpmd")
 }
 
-/// Stop testpmd and return the last `RX-packets` it reported.
-fn stop(mut child: Child) -> u64 {
+/// Stop testpmd and return the last `RX-packets` it reported, and its
+/// output.
+fn stop(mut child: Child) -> (u64, String) {
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
@@ -96,22 +101,34 @@ fn stop(mut child: Child) -> u64 {
     }
     let _ = child.kill();
     let out = child.wait_with_output().expect("testpmd output");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let rx = text
+        .lines()
         .rev()
         .filter_map(|l| l.trim().strip_prefix("RX-packets:"))
         .find_map(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    (rx, text)
 }
 
 fn socket(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("nfkit-dpdk-{tag}-{}.sock", std::process::id()))
 }
 
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+/// Wait for `cond`; on time-out stop testpmd and fail with its output.
+fn wait_for(
+    pmd: &mut Option<Child>,
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        if start.elapsed() > timeout {
+            let (_, out) = stop(pmd.take().expect("testpmd"));
+            panic!("timed out waiting for {what}; testpmd said:\n{out}");
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -132,12 +149,14 @@ fn dpdk_virtio_user_against_our_backend() {
         mac: [2, 0, 0, 0, 0, 7],
     };
     let mut be = VhostUserBackend::listen(cfg, pool).unwrap();
-    let pmd = testpmd(
+    let _one = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pmd = Some(testpmd(
         "vu",
         &format!("net_virtio_user0,path={},queues=1", path.display()),
         true,
-    );
+    ));
     wait_for(
+        &mut pmd,
         "testpmd to start its rings",
         Duration::from_secs(30),
         || be.ready(0),
@@ -150,7 +169,7 @@ fn dpdk_virtio_user_against_our_backend() {
         be.tx_batch(0, &mut batch);
         batch.clear();
     }
-    let dpdk_rx = stop(pmd);
+    let (dpdk_rx, _) = stop(pmd.take().expect("testpmd"));
     let ours = be.stats();
     eprintln!("ours: {ours:?}; testpmd received {dpdk_rx}");
     assert!(
@@ -170,14 +189,18 @@ fn our_virtio_user_against_dpdk_vhost() {
     }
     let path = socket("fe");
     let _ = std::fs::remove_file(&path);
-    let pmd = testpmd(
+    let _one = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pmd = Some(testpmd(
         "vh",
         &format!("net_vhost0,iface={},queues=1", path.display()),
         false,
+    ));
+    wait_for(
+        &mut pmd,
+        "testpmd's socket",
+        Duration::from_secs(30),
+        || Path::new(&path).exists(),
     );
-    wait_for("testpmd's socket", Duration::from_secs(30), || {
-        Path::new(&path).exists()
-    });
     let mut fe =
         vhost_user::connect(&path, &FrontendConfig::default()).expect("connecting to DPDK's vhost");
     let frame = |i: usize| -> Vec<u8> {
@@ -208,8 +231,12 @@ fn our_virtio_user_against_dpdk_vhost() {
             got.clear();
         }
     }
-    let dpdk_rx = stop(pmd);
-    assert_eq!(got.len(), n, "echoed packets (testpmd received {dpdk_rx})");
+    let (dpdk_rx, out) = stop(pmd.take().expect("testpmd"));
+    assert_eq!(
+        got.len(),
+        n,
+        "echoed packets (testpmd received {dpdk_rx}); testpmd said:\n{out}"
+    );
     for (i, p) in got.iter().enumerate() {
         assert_eq!(p, &frame(i), "packet {i} came back changed");
     }
