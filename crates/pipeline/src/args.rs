@@ -71,7 +71,10 @@ impl ArgError {
         }
     }
     pub fn general(msg: impl Into<String>) -> ArgError {
-        ArgError { arg: None, msg: msg.into() }
+        ArgError {
+            arg: None,
+            msg: msg.into(),
+        }
     }
 }
 
@@ -91,7 +94,12 @@ impl Args {
 
     /// Arguments from (name, value) pairs (for Rust callers).
     pub fn from_pairs(pairs: &[(&str, Value)]) -> Args {
-        Args::new(pairs.iter().map(|(k, v)| (k.to_string(), v.clone(), Pos::default())).collect())
+        Args::new(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone(), Pos::default()))
+                .collect(),
+        )
     }
 
     /// Where argument `name` was written.
@@ -107,7 +115,10 @@ impl Args {
     }
 
     fn wrong(name: &str, want: &str, got: &Value) -> ArgError {
-        ArgError::new(name, format!("expected {want}, found {} `{got}`", got.kind()))
+        ArgError::new(
+            name,
+            format!("expected {want}, found {} `{got}`", got.kind()),
+        )
     }
 
     pub fn u64(&mut self, name: &str) -> Result<Option<u64>, ArgError> {
@@ -123,10 +134,19 @@ impl Args {
     }
 
     /// An integer in `lo..=hi`.
-    pub fn usize_in(&mut self, name: &str, default: usize, lo: usize, hi: usize) -> Result<usize, ArgError> {
+    pub fn usize_in(
+        &mut self,
+        name: &str,
+        default: usize,
+        lo: usize,
+        hi: usize,
+    ) -> Result<usize, ArgError> {
         let v = self.u64_or(name, default as u64)?;
         if v < lo as u64 || v > hi as u64 {
-            return Err(ArgError::new(name, format!("{v} is out of range {lo}..={hi}")));
+            return Err(ArgError::new(
+                name,
+                format!("{v} is out of range {lo}..={hi}"),
+            ));
         }
         Ok(v as usize)
     }
@@ -150,7 +170,8 @@ impl Args {
     }
 
     pub fn required_str(&mut self, name: &str) -> Result<String, ArgError> {
-        self.str(name)?.ok_or_else(|| ArgError::new(name, "is required"))
+        self.str(name)?
+            .ok_or_else(|| ArgError::new(name, "is required"))
     }
 
     /// A list of integers (a single integer is a list of one).
@@ -183,7 +204,11 @@ impl Args {
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some),
-            Some(v) => Err(Self::wrong(name, "bytes (a string or a list of 0..=255)", &v)),
+            Some(v) => Err(Self::wrong(
+                name,
+                "bytes (a string or a list of 0..=255)",
+                &v,
+            )),
         }
     }
 

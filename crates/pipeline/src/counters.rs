@@ -95,7 +95,10 @@ impl ModuleStats {
     }
     /// Packets the module holds (a Queue's ring): its `queued` value.
     pub fn held(&self) -> u64 {
-        self.extra.iter().find(|(k, _)| *k == "queued").map_or(0, |e| e.1)
+        self.extra
+            .iter()
+            .find(|(k, _)| *k == "queued")
+            .map_or(0, |e| e.1)
     }
     /// Whether `received + created == sent + consumed + dropped + held`.
     pub fn balanced(&self) -> bool {

@@ -35,7 +35,11 @@ pub enum GraphError {
         have: usize,
     },
     #[error("output gate {gate} of `{module}` is already connected to `{to}`")]
-    GateBusy { module: String, gate: usize, to: String },
+    GateBusy {
+        module: String,
+        gate: usize,
+        to: String,
+    },
     #[error("worker `{0}` already exists")]
     DuplicateWorker(String),
     #[error("no worker named `{0}`")]
@@ -45,7 +49,11 @@ pub enum GraphError {
     #[error("module `{0}` has no task to attach (only PortInc, QueueInc, Source, Queue and other producers do)")]
     NotATask(String),
     #[error("module `{module}` gets packets from tasks on workers `{a}` and `{b}`; give each worker its own copy (duplication) or put a Queue between them (chaining)")]
-    TwoWorkers { module: String, a: String, b: String },
+    TwoWorkers {
+        module: String,
+        a: String,
+        b: String,
+    },
     #[error("module `{module}` ({class}) receives packets on worker `{input}` but its task is attached to worker `{task}`, and it cannot span two workers (use a Queue)")]
     CannotSplit {
         module: String,
@@ -117,7 +125,11 @@ impl Graph {
     }
 
     /// Add a module under a unique name.
-    pub fn add_module(&mut self, name: &str, module: Box<dyn Module>) -> Result<ModuleId, GraphError> {
+    pub fn add_module(
+        &mut self,
+        name: &str,
+        module: Box<dyn Module>,
+    ) -> Result<ModuleId, GraphError> {
         if self.names.contains_key(name) {
             return Err(GraphError::DuplicateModule(name.into()));
         }
@@ -151,12 +163,17 @@ impl Graph {
         }
         self.attachments.retain(|a| a.module != id);
         self.names.remove(name);
-        let node = self.nodes[id].take().ok_or_else(|| GraphError::NoModule(name.into()))?;
+        let node = self.nodes[id]
+            .take()
+            .ok_or_else(|| GraphError::NoModule(name.into()))?;
         node.module.ok_or_else(|| GraphError::NoModule(name.into()))
     }
 
     pub fn id(&self, name: &str) -> Result<ModuleId, GraphError> {
-        self.names.get(name).copied().ok_or_else(|| GraphError::NoModule(name.into()))
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| GraphError::NoModule(name.into()))
     }
 
     pub(crate) fn node(&self, id: ModuleId) -> &Node {
@@ -165,7 +182,11 @@ impl Graph {
 
     /// Names of all modules, in the order they were added.
     pub fn module_names(&self) -> Vec<String> {
-        self.nodes.iter().flatten().map(|n| n.name.clone()).collect()
+        self.nodes
+            .iter()
+            .flatten()
+            .map(|n| n.name.clone())
+            .collect()
     }
 
     /// The module's class.
@@ -174,7 +195,13 @@ impl Graph {
     }
 
     /// Connect output gate `ogate` of `from` to input gate `igate` of `to`.
-    pub fn connect(&mut self, from: &str, ogate: usize, to: &str, igate: usize) -> Result<(), GraphError> {
+    pub fn connect(
+        &mut self,
+        from: &str,
+        ogate: usize,
+        to: &str,
+        igate: usize,
+    ) -> Result<(), GraphError> {
         let (f, t) = (self.id(from)?, self.id(to)?);
         let tn = self.node(t);
         if igate >= tn.igate_counters.len() {
@@ -186,7 +213,11 @@ impl Graph {
                 have: tn.igate_counters.len(),
             });
         }
-        let names: Vec<String> = self.nodes.iter().map(|n| n.as_ref().map(|n| n.name.clone()).unwrap_or_default()).collect();
+        let names: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| n.as_ref().map(|n| n.name.clone()).unwrap_or_default())
+            .collect();
         let fnode = self.nodes[f].as_mut().expect("live module id");
         match fnode.ogates.get_mut(ogate) {
             None => Err(GraphError::NoGate {
@@ -258,7 +289,12 @@ impl Graph {
     }
 
     fn check_parent(&self, worker: usize, parent: &str) -> Result<(), GraphError> {
-        if parent == ROOT_TC || self.tcs.iter().any(|t| t.worker == worker && t.name == parent) {
+        if parent == ROOT_TC
+            || self
+                .tcs
+                .iter()
+                .any(|t| t.worker == worker && t.name == parent)
+        {
             return Ok(());
         }
         Err(GraphError::NoTc {
@@ -278,7 +314,10 @@ impl Graph {
         placement: Placement,
     ) -> Result<(), GraphError> {
         self.ensure_worker();
-        let w = worker.map(|w| self.worker_index(w)).transpose()?.unwrap_or(0);
+        let w = worker
+            .map(|w| self.worker_index(w))
+            .transpose()?
+            .unwrap_or(0);
         self.check_parent(w, parent)?;
         // Build a scratch tree to check the policy and placement now.
         self.tcs.push(TcSpec {
@@ -291,6 +330,25 @@ impl Graph {
         });
         if let Err(e) = self.tree_for(w) {
             self.tcs.pop();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Change a class's policy or parameters (a new rate, a new
+    /// resource), keeping its place and counters.
+    pub fn set_tc_policy(&mut self, name: &str, policy: PolicySpec) -> Result<(), GraphError> {
+        let i = self
+            .tcs
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| GraphError::NoTc {
+                class: name.into(),
+                worker: "any".into(),
+            })?;
+        let old = std::mem::replace(&mut self.tcs[i].policy, policy);
+        if let Err(e) = self.tree_for(self.tcs[i].worker) {
+            self.tcs[i].policy = old;
             return Err(e);
         }
         Ok(())
@@ -321,7 +379,9 @@ impl Graph {
         };
         self.check_parent(w, parent)?;
         let old = self.attachments.iter().position(|a| a.module == id);
-        let counters = old.map(|i| self.attachments.remove(i).counters).unwrap_or_default();
+        let counters = old
+            .map(|i| self.attachments.remove(i).counters)
+            .unwrap_or_default();
         self.attachments.push(Attachment {
             module: id,
             worker: w,
@@ -343,12 +403,24 @@ impl Graph {
         tree.set_counters(tree.root(), self.workers[w].root.clone());
         for t in self.tcs.iter().filter(|t| t.worker == w) {
             let parent = tree.find(&t.parent).unwrap_or(0);
-            tree.add_class(&t.name, parent, t.policy, t.placement, Some(t.counters.clone()))?;
+            tree.add_class(
+                &t.name,
+                parent,
+                t.policy,
+                t.placement,
+                Some(t.counters.clone()),
+            )?;
         }
         for a in self.attachments.iter().filter(|a| a.worker == w) {
             let parent = tree.find(&a.parent).unwrap_or(0);
             let name = &self.node(a.module).name;
-            tree.add_leaf(name, parent, a.module, a.placement, Some(a.counters.clone()))?;
+            tree.add_leaf(
+                name,
+                parent,
+                a.module,
+                a.placement,
+                Some(a.counters.clone()),
+            )?;
         }
         Ok(tree)
     }
@@ -356,16 +428,17 @@ impl Graph {
     /// Counters of worker `w`'s classes, root first, then classes and
     /// task leaves in the order they were added.
     pub fn tc_stats(&self, w: usize) -> Vec<TcStats> {
-        let stat = |name: &str, policy: &'static str, parent: Option<&str>, c: &TcCounters| TcStats {
-            name: name.to_string(),
-            policy,
-            parent: parent.map(str::to_string),
-            count: c.count.get(),
-            cycles: c.cycles.get(),
-            packets: c.packets.get(),
-            bits: c.bits.get(),
-            throttled: c.throttled.get(),
-        };
+        let stat =
+            |name: &str, policy: &'static str, parent: Option<&str>, c: &TcCounters| TcStats {
+                name: name.to_string(),
+                policy,
+                parent: parent.map(str::to_string),
+                count: c.count.get(),
+                cycles: c.cycles.get(),
+                packets: c.packets.get(),
+                bits: c.bits.get(),
+                throttled: c.throttled.get(),
+            };
         let Some(spec) = self.workers.get(w) else {
             return Vec::new();
         };
@@ -405,7 +478,11 @@ impl Graph {
             });
         }
         let input_worker = self.input_workers()?;
-        let task_worker: HashMap<ModuleId, usize> = self.attachments.iter().map(|a| (a.module, a.worker)).collect();
+        let task_worker: HashMap<ModuleId, usize> = self
+            .attachments
+            .iter()
+            .map(|a| (a.module, a.worker))
+            .collect();
         // Check every task can run where it is attached before moving anything.
         for (&id, &tw) in &task_worker {
             if let Some(iw) = input_worker[id].filter(|&iw| iw != tw) {
@@ -432,8 +509,12 @@ impl Graph {
             })
             .collect();
         for id in 0..self.nodes.len() {
-            let Some(node) = self.nodes[id].as_mut() else { continue };
-            let home = input_worker[id].or(task_worker.get(&id).copied()).unwrap_or(0);
+            let Some(node) = self.nodes[id].as_mut() else {
+                continue;
+            };
+            let home = input_worker[id]
+                .or(task_worker.get(&id).copied())
+                .unwrap_or(0);
             let mut module = node.module.take().expect("modules are home at commit");
             if let Some(&tw) = task_worker.get(&id).filter(|&&tw| tw != home) {
                 let half = module.task_half().expect("checked above");
@@ -491,7 +572,13 @@ impl Graph {
     fn input_workers(&self) -> Result<Vec<Option<usize>>, GraphError> {
         let mut owner: Vec<Option<usize>> = vec![None; self.nodes.len()];
         for a in &self.attachments {
-            let mut stack: Vec<ModuleId> = self.node(a.module).ogates.iter().flatten().map(|&(t, _)| t).collect();
+            let mut stack: Vec<ModuleId> = self
+                .node(a.module)
+                .ogates
+                .iter()
+                .flatten()
+                .map(|&(t, _)| t)
+                .collect();
             let mut seen = vec![false; self.nodes.len()];
             while let Some(m) = stack.pop() {
                 if std::mem::replace(&mut seen[m], true) {

@@ -115,13 +115,23 @@ impl Harness {
     }
 
     /// Feed `packets` to input gate `igate`.
-    pub fn run(&mut self, module: &mut dyn Module, igate: usize, packets: &[Vec<u8>]) -> GateOutput {
+    pub fn run(
+        &mut self,
+        module: &mut dyn Module,
+        igate: usize,
+        packets: &[Vec<u8>],
+    ) -> GateOutput {
         self.run_with(module, igate, packets, |_, _, _| {})
     }
 
     /// Feed one batch to input gate `igate` and return the batches that
     /// left each output gate, packets and metadata intact.
-    pub fn process(&mut self, module: &mut dyn Module, igate: usize, mut batch: Batch) -> Vec<Batch> {
+    pub fn process(
+        &mut self,
+        module: &mut dyn Module,
+        igate: usize,
+        mut batch: Batch,
+    ) -> Vec<Batch> {
         let attrs = Harness::attrs(module);
         let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
         let mut ctx = Ctx::new(&mut outs, &attrs, &self.counters, self.now_ns, self.worker);

@@ -90,12 +90,11 @@ pub mod pipeline;
 mod runtime;
 pub mod sched;
 
-pub use config::{load, parse, BuildOptions, ConfigError, Desc};
+pub use config::{load, parse, BuildOptions, ConfigError, Desc, OpenPort};
 pub use graph::Graph;
 pub use module::{Ctx, Module};
 pub use pipeline::{Pipeline, PipelineError, PipelineStats, SharedPort};
 
-use nfkit_port::{Port, PortError};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -114,7 +113,7 @@ pub enum Error {
 /// statistics (`Display` prints a `show pipeline`-style report).
 pub fn run_file(
     path: impl AsRef<Path>,
-    open_port: &dyn Fn(&str) -> Result<Box<dyn Port>, PortError>,
+    open_port: &OpenPort<'_>,
     stop: &AtomicBool,
     limit: Option<Duration>,
 ) -> Result<PipelineStats, Error> {

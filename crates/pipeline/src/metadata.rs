@@ -201,13 +201,18 @@ pub fn assign_offsets(nodes: &[MetaNode]) -> Result<Vec<Vec<Attr>>, MetadataErro
         .enumerate()
         .map(|(n, node)| {
             (0..node.attrs.len())
-                .map(|i| match member.get(&(n, i)).and_then(|&c| offsets[c].map(|o| (o, &comps[c]))) {
-                    Some((o, c)) => Attr {
-                        offset: o as u8,
-                        size: c.size as u8,
-                        live: true,
-                    },
-                    None => Attr::UNUSED,
+                .map(|i| {
+                    match member
+                        .get(&(n, i))
+                        .and_then(|&c| offsets[c].map(|o| (o, &comps[c])))
+                    {
+                        Some((o, c)) => Attr {
+                            offset: o as u8,
+                            size: c.size as u8,
+                            live: true,
+                        },
+                        None => Attr::UNUSED,
+                    }
                 })
                 .collect()
         })
@@ -281,7 +286,11 @@ struct Component {
 }
 
 /// The components of one attribute.
-fn components_of(nodes: &[MetaNode], attr: &str, size: usize) -> Result<Vec<Component>, MetadataError> {
+fn components_of(
+    nodes: &[MetaNode],
+    attr: &str,
+    size: usize,
+) -> Result<Vec<Component>, MetadataError> {
     let access = |n: usize| {
         nodes[n]
             .attrs
@@ -293,7 +302,10 @@ fn components_of(nodes: &[MetaNode], attr: &str, size: usize) -> Result<Vec<Comp
     let mut uf = UnionFind::new(nodes.len());
     let mut reached = NodeSet::new(nodes.len());
     let mut lifetimes: BTreeMap<usize, NodeSet> = BTreeMap::new();
-    for &w in users.iter().filter(|&&n| access(n).is_some_and(|(_, a)| a.writes())) {
+    for &w in users
+        .iter()
+        .filter(|&&n| access(n).is_some_and(|(_, a)| a.writes()))
+    {
         let (readers, life) = trace_value(nodes, w, |n| access(n).map(|(_, a)| a));
         for &r in &readers {
             uf.union(w, r);
@@ -387,7 +399,9 @@ fn trace_value(
 }
 
 fn place(nodes: &[MetaNode], comps: &[Component]) -> Result<Vec<Option<usize>>, MetadataError> {
-    let live: Vec<usize> = (0..comps.len()).filter(|&c| comps[c].lifetime.is_some()).collect();
+    let live: Vec<usize> = (0..comps.len())
+        .filter(|&c| comps[c].lifetime.is_some())
+        .collect();
     let conflicts = |a: usize, b: usize| match (&comps[a].lifetime, &comps[b].lifetime) {
         (Some(x), Some(y)) => a != b && x.meets(y),
         _ => false,

@@ -31,7 +31,9 @@ pub type SharedPort = Arc<Mutex<Box<dyn Port>>>;
 pub enum PipelineError {
     #[error(transparent)]
     Graph(#[from] GraphError),
-    #[error("worker `{worker}`: core {core} is not available to this process (available: {available})")]
+    #[error(
+        "worker `{worker}`: core {core} is not available to this process (available: {available})"
+    )]
     NoCore {
         worker: String,
         core: usize,
@@ -122,7 +124,8 @@ impl Pipeline {
                 runtime.set_worker(w);
                 WorkerState {
                     runtime,
-                    sched: Scheduler::new(tree, self.clock.clone()).with_counters(self.sched_counters[w].clone()),
+                    sched: Scheduler::new(tree, self.clock.clone())
+                        .with_counters(self.sched_counters[w].clone()),
                 }
             })
             .collect();
@@ -165,7 +168,9 @@ impl Pipeline {
             let t = &self.threads[w];
             t.pause.store(false, Ordering::SeqCst);
             if t.cmd.send(st).is_err() {
-                return Err(PipelineError::WorkerLost(self.graph.workers[w].name.clone()));
+                return Err(PipelineError::WorkerLost(
+                    self.graph.workers[w].name.clone(),
+                ));
             }
         }
         self.running = true;
@@ -177,10 +182,16 @@ impl Pipeline {
         let core = match spec.core {
             Some(c) => {
                 let ids = core_affinity::get_core_ids().unwrap_or_default();
-                let id = ids.iter().find(|i| i.id == c).copied().ok_or_else(|| PipelineError::NoCore {
-                    worker: spec.name.clone(),
-                    core: c,
-                    available: ids.iter().map(|i| i.id.to_string()).collect::<Vec<_>>().join(","),
+                let id = ids.iter().find(|i| i.id == c).copied().ok_or_else(|| {
+                    PipelineError::NoCore {
+                        worker: spec.name.clone(),
+                        core: c,
+                        available: ids
+                            .iter()
+                            .map(|i| i.id.to_string())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    }
                 })?;
                 Some(id)
             }
@@ -257,7 +268,11 @@ impl Pipeline {
     }
 
     /// Run until `stop` is set (checked every 10 ms) or `limit` passes.
-    pub fn run_until(&mut self, stop: &AtomicBool, limit: Option<Duration>) -> Result<PipelineStats, PipelineError> {
+    pub fn run_until(
+        &mut self,
+        stop: &AtomicBool,
+        limit: Option<Duration>,
+    ) -> Result<PipelineStats, PipelineError> {
         self.start()?;
         let started = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| started.elapsed() < l) {
@@ -271,11 +286,15 @@ impl Pipeline {
     /// apply `f`, recommit (metadata offsets, placement), and resume if
     /// the pipeline was running. If `f` or the commit fails, the
     /// pipeline stays paused with the graph as `f` left it.
-    pub fn edit<R>(&mut self, f: impl FnOnce(&mut Graph) -> Result<R, GraphError>) -> Result<R, PipelineError> {
+    pub fn edit<R>(
+        &mut self,
+        f: impl FnOnce(&mut Graph) -> Result<R, GraphError>,
+    ) -> Result<R, PipelineError> {
         let was_running = self.running;
         self.pause()?;
         if let Some(states) = self.parked.take() {
-            self.graph.restore(states.into_iter().map(|s| s.runtime).collect());
+            self.graph
+                .restore(states.into_iter().map(|s| s.runtime).collect());
         }
         let r = f(&mut self.graph)?;
         self.commit()?;
@@ -296,10 +315,11 @@ impl Pipeline {
         name: &str,
         path: &std::path::Path,
     ) -> Result<(), PipelineError> {
-        let cap = crate::modules::PcapCapture::create(path).map_err(|source| PipelineError::Capture {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let cap =
+            crate::modules::PcapCapture::create(path).map_err(|source| PipelineError::Capture {
+                path: path.display().to_string(),
+                source,
+            })?;
         self.edit(|g| {
             let next = g.target(module, ogate)?;
             g.add_module(name, Box::new(cap))?;
@@ -367,11 +387,19 @@ impl Pipeline {
             .map(|(w, spec)| WorkerStats {
                 name: spec.name.clone(),
                 core: spec.core,
-                sched: self.sched_counters.get(w).map(|c| snapshot(c)).unwrap_or_default(),
+                sched: self
+                    .sched_counters
+                    .get(w)
+                    .map(|c| snapshot(c))
+                    .unwrap_or_default(),
                 classes: self.graph.tc_stats(w),
             })
             .collect();
-        let ports = self.ports.iter().map(|(n, p)| (n.clone(), p.lock().stats())).collect();
+        let ports = self
+            .ports
+            .iter()
+            .map(|(n, p)| (n.clone(), p.lock().stats()))
+            .collect();
         PipelineStats {
             modules,
             edges,
@@ -494,7 +522,10 @@ impl fmt::Display for PipelineStats {
                     "  tc {} ({}{}) count={} cycles={} packets={} bits={} throttled={}",
                     c.name,
                     c.policy,
-                    c.parent.as_ref().map(|p| format!(", parent {p}")).unwrap_or_default(),
+                    c.parent
+                        .as_ref()
+                        .map(|p| format!(", parent {p}"))
+                        .unwrap_or_default(),
                     c.count,
                     c.cycles,
                     c.packets,

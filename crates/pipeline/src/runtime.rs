@@ -105,7 +105,9 @@ impl Runtime {
                 .as_ref()
                 .and_then(|s| s.targets[g])
                 .filter(|&(t, _)| self.slots[t].is_some());
-            let Some(slot) = self.slots[m].as_mut() else { return };
+            let Some(slot) = self.slots[m].as_mut() else {
+                return;
+            };
             if slot.outs[g].is_empty() {
                 continue;
             }
@@ -118,7 +120,10 @@ impl Runtime {
             std::mem::swap(&mut b, &mut slot.outs[g]);
             let (n, bits) = (b.len() as u64, batch_bits(&b));
             slot.ogate_counters[g].count(n, bits);
-            if let Some(c) = self.slots[t].as_ref().and_then(|s| s.igate_counters.get(ig)) {
+            if let Some(c) = self.slots[t]
+                .as_ref()
+                .and_then(|s| s.igate_counters.get(ig))
+            {
                 c.count(n, bits);
             }
             self.process(t, ig, &mut b, now);

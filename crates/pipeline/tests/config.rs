@@ -48,7 +48,9 @@ fn build_virtual(desc: &Desc, ports: &Ports) -> (Pipeline, Arc<VirtualClock>) {
         clock: clock.clone(),
         ..BuildOptions::default()
     };
-    let p = desc.build_with(&|s| ports.open(s), opts).unwrap_or_else(|e| panic!("{e}"));
+    let p = desc
+        .build_with(&|s| ports.open(s), opts)
+        .unwrap_or_else(|e| panic!("{e}"));
     (p, clock)
 }
 
@@ -59,14 +61,25 @@ fn assert_counters_add_up(s: &PipelineStats) {
     }
     for m in &s.modules {
         for (g, gs) in m.igates.iter().enumerate() {
-            let fed: u64 = s.edges.iter().filter(|e| e.to == m.name && e.igate == g).map(|e| e.stats.packets).sum();
+            let fed: u64 = s
+                .edges
+                .iter()
+                .filter(|e| e.to == m.name && e.igate == g)
+                .map(|e| e.stats.packets)
+                .sum();
             assert_eq!(fed, gs.packets, "input gate {g} of {}", m.name);
         }
     }
 }
 
 fn extra(s: &PipelineStats, module: &str, key: &str) -> u64 {
-    s.module(module).unwrap().extra.iter().find(|e| e.0 == key).unwrap().1
+    s.module(module)
+        .unwrap()
+        .extra
+        .iter()
+        .find(|e| e.0 == key)
+        .unwrap()
+        .1
 }
 
 #[test]
@@ -74,16 +87,24 @@ fn macswap_example_reflects_frames() {
     let ports = Ports::new(1);
     let (mut p, _) = build_virtual(&example("macswap.nfk"), &ports);
     let wire = ports.wire("sim:0");
-    let frames: Vec<Vec<u8>> = (0..100).map(|i| udp([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], i, 7, b"hi")).collect();
+    let frames: Vec<Vec<u8>> = (0..100)
+        .map(|i| udp([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], i, 7, b"hi"))
+        .collect();
     wire.lock().rx[0].extend(frames.iter().cloned());
     p.step(10).unwrap();
-    let want: Vec<Vec<u8>> = (0..100).map(|i| udp([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1], i, 7, b"hi")).collect();
+    let want: Vec<Vec<u8>> = (0..100)
+        .map(|i| udp([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1], i, 7, b"hi"))
+        .collect();
     assert_eq!(wire.lock().tx[0], want);
     let s = p.stats();
     assert_counters_add_up(&s);
     assert_eq!(s.dropped(), 0);
     assert_eq!(s.ports[0].1.tx_packets, 100);
-    assert!(s.to_string().contains("macswap1:0 -> 0:portout2  packets=100"), "{s}");
+    assert!(
+        s.to_string()
+            .contains("macswap1:0 -> 0:portout2  packets=100"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -98,7 +119,11 @@ fn ratelimit_example_holds_its_rate_on_a_virtual_clock() {
     // 1 Mpps for 10 ms, plus at most one batch of overdraw.
     assert!((10_000..=10_032).contains(&sunk), "sunk {sunk}");
     assert_counters_add_up(&s);
-    let rl = s.workers[0].classes.iter().find(|c| c.name == "rl").unwrap();
+    let rl = s.workers[0]
+        .classes
+        .iter()
+        .find(|c| c.name == "rl")
+        .unwrap();
     assert_eq!(rl.packets, sunk);
     assert!(rl.throttled > 0);
 }
@@ -116,7 +141,10 @@ fn tc_tree_example_splits_bandwidth_as_configured() {
     let bits = |m: &str| s.edges.iter().find(|e| e.from == m).unwrap().stats.bits;
     let secs = clock.now_ns() as f64 / 1e9;
     let urgent = bits("urgent") as f64 / secs;
-    assert!((urgent - 100e6).abs() / 100e6 < 0.01, "urgent at {urgent} bit/s");
+    assert!(
+        (urgent - 100e6).abs() / 100e6 < 0.01,
+        "urgent at {urgent} bit/s"
+    );
     let ratio = bits("bulk_b") as f64 / bits("bulk_a") as f64;
     assert!((ratio - 3.0).abs() / 3.0 < 0.01, "bulk b/a = {ratio}");
     assert_counters_add_up(&s);
@@ -132,7 +160,12 @@ fn chain_example_carries_packets_between_workers() {
     let s = p.stats();
     assert_counters_add_up(&s);
     let made = s.module("src").unwrap().created;
-    let sunk = s.modules.iter().filter(|m| m.class == "Sink").map(|m| m.consumed).sum::<u64>();
+    let sunk = s
+        .modules
+        .iter()
+        .filter(|m| m.class == "Sink")
+        .map(|m| m.consumed)
+        .sum::<u64>();
     assert!(made >= 100, "100 kpps for 1 ms: {made}");
     assert_eq!(made, sunk + s.module("q").unwrap().held());
     assert_eq!(extra(&s, "measure3", "count"), sunk);
@@ -148,13 +181,39 @@ fn duplicate_example_runs_one_chain_per_queue() {
     wire.lock().rx[1].extend((0..30).map(|i| udp([2; 6], [4; 6], i, 1, b"q1")));
     p.step(5).unwrap();
     let w = wire.lock();
-    assert_eq!(w.tx[0], (0..40).map(|i| udp([4; 6], [2; 6], i, 1, b"q0")).collect::<Vec<_>>());
-    assert_eq!(w.tx[1], (0..30).map(|i| udp([4; 6], [2; 6], i, 1, b"q1")).collect::<Vec<_>>());
+    assert_eq!(
+        w.tx[0],
+        (0..40)
+            .map(|i| udp([4; 6], [2; 6], i, 1, b"q0"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        w.tx[1],
+        (0..30)
+            .map(|i| udp([4; 6], [2; 6], i, 1, b"q1"))
+            .collect::<Vec<_>>()
+    );
     drop(w);
     let s = p.stats();
     assert_counters_add_up(&s);
-    assert_eq!(s.workers[0].classes.iter().find(|c| c.name == "in0").unwrap().packets, 40);
-    assert_eq!(s.workers[1].classes.iter().find(|c| c.name == "in1").unwrap().packets, 30);
+    assert_eq!(
+        s.workers[0]
+            .classes
+            .iter()
+            .find(|c| c.name == "in0")
+            .unwrap()
+            .packets,
+        40
+    );
+    assert_eq!(
+        s.workers[1]
+            .classes
+            .iter()
+            .find(|c| c.name == "in1")
+            .unwrap()
+            .packets,
+        30
+    );
 }
 
 #[test]
@@ -237,7 +296,10 @@ fn syntax_errors_name_the_place_and_what_was_expected() {
     ];
     for (src, want) in cases {
         let got = build_err(src);
-        assert!(got.starts_with(want), "for {src:?}\n got: {got}\nwant: {want}");
+        assert!(
+            got.starts_with(want),
+            "for {src:?}\n got: {got}\nwant: {want}"
+        );
     }
 }
 
@@ -257,7 +319,10 @@ fn semantic_errors_point_at_the_module_or_arrow() {
     ];
     for (src, want) in cases {
         let got = build_err(src);
-        assert!(got.starts_with(want), "for {src:?}\n got: {got}\nwant: {want}");
+        assert!(
+            got.starts_with(want),
+            "for {src:?}\n got: {got}\nwant: {want}"
+        );
     }
 }
 
@@ -273,11 +338,19 @@ fn running_out_of_metadata_space_is_a_clear_error() {
     }
     src += "\n";
     let got = build_err(&src);
-    assert!(got.contains("out of metadata space") && got.contains("128-byte"), "{got}");
+    assert!(
+        got.contains("out of metadata space") && got.contains("128-byte"),
+        "{got}"
+    );
     // Sixteen fit.
-    let src16 = src.replace(" -> SetMetadata(attribute=a16, size=8, value=16)", "").replace(" -> Split(attribute=a16, size=8, gates=17)", "");
+    let src16 = src
+        .replace(" -> SetMetadata(attribute=a16, size=8, value=16)", "")
+        .replace(" -> Split(attribute=a16, size=8, gates=17)", "");
     let ports = Ports::new(1);
-    parse(&src16, "t.nfk").unwrap().build(&|s| ports.open(s)).unwrap();
+    parse(&src16, "t.nfk")
+        .unwrap()
+        .build(&|s| ports.open(s))
+        .unwrap();
 }
 
 #[test]
@@ -303,7 +376,9 @@ fn the_language_accepts_its_whole_grammar() {
     assert_eq!(d.links.len(), 8);
     assert_eq!(d.tcs.len(), 3);
     let ports = Ports::new(1);
-    let mut p = d.build(&|s| ports.open(s)).unwrap_or_else(|e| panic!("{e}"));
+    let mut p = d
+        .build(&|s| ports.open(s))
+        .unwrap_or_else(|e| panic!("{e}"));
     p.step(10).unwrap();
     let s = p.stats();
     assert_counters_add_up(&s);

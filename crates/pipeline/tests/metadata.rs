@@ -5,7 +5,10 @@ use nfkit_pipeline::metadata::{assign_offsets, Access, AttrSpec, MetaNode, Metad
 fn node(name: &str, attrs: &[(&str, usize, Access)], next: &[usize]) -> MetaNode {
     MetaNode {
         name: name.into(),
-        attrs: attrs.iter().map(|&(n, s, a)| AttrSpec::new(n, s, a)).collect(),
+        attrs: attrs
+            .iter()
+            .map(|&(n, s, a)| AttrSpec::new(n, s, a))
+            .collect(),
         next: next.to_vec(),
     }
 }
@@ -61,7 +64,10 @@ fn a_rewritten_attribute_starts_a_new_scope() {
     let o = assign_offsets(&g).unwrap();
     assert_eq!(o[0][0].offset(), o[1][0].offset());
     assert_eq!(o[2][0].offset(), o[3][0].offset());
-    assert!(!ranges_overlap((o[0][0].offset().unwrap(), 4), (o[0][1].offset().unwrap(), 4)));
+    assert!(!ranges_overlap(
+        (o[0][0].offset().unwrap(), 4),
+        (o[0][1].offset().unwrap(), 4)
+    ));
 }
 
 #[test]
@@ -81,7 +87,10 @@ fn branches_that_merge_agree_on_one_offset() {
     let o = e.unwrap();
     assert_eq!(o[1][0].offset(), o[2][0].offset());
     assert_eq!(o[1][0].offset(), o[4][0].offset());
-    assert!(!ranges_overlap((o[4][0].offset().unwrap(), 8), (o[4][1].offset().unwrap(), 8)));
+    assert!(!ranges_overlap(
+        (o[4][0].offset().unwrap(), 8),
+        (o[4][1].offset().unwrap(), 8)
+    ));
 }
 
 #[test]
@@ -120,7 +129,10 @@ fn a_reader_without_upstream_writer_is_an_error_naming_both() {
     ];
     let e = assign_offsets(&g).unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains("`measure`") && msg.contains("`ts`") && msg.contains("no upstream writer"), "{msg}");
+    assert!(
+        msg.contains("`measure`") && msg.contains("`ts`") && msg.contains("no upstream writer"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -138,7 +150,10 @@ fn too_many_live_attributes_overflow_with_a_clear_error() {
     let r: Vec<(&str, usize, Access)> = names.iter().map(|&n| (n, 32, R)).collect();
     let g = [node("w", &w, &[1]), node("r", &r, &[])];
     let msg = assign_offsets(&g).unwrap_err().to_string();
-    assert!(msg.contains("out of metadata space") && msg.contains("128"), "{msg}");
+    assert!(
+        msg.contains("out of metadata space") && msg.contains("128"),
+        "{msg}"
+    );
     // Four fit exactly.
     let g = [node("w", &w[..4], &[1]), node("r", &r[..4], &[])];
     let o = assign_offsets(&g).unwrap();
@@ -149,17 +164,34 @@ fn too_many_live_attributes_overflow_with_a_clear_error() {
 
 #[test]
 fn sizes_must_agree_and_be_in_range() {
-    let g = [node("w", &[("a", 4, W)], &[1]), node("r", &[("a", 8, R)], &[])];
-    assert!(matches!(assign_offsets(&g), Err(MetadataError::SizeMismatch { .. })));
+    let g = [
+        node("w", &[("a", 4, W)], &[1]),
+        node("r", &[("a", 8, R)], &[]),
+    ];
+    assert!(matches!(
+        assign_offsets(&g),
+        Err(MetadataError::SizeMismatch { .. })
+    ));
     let g = [node("w", &[("a", 33, W)], &[])];
-    assert!(matches!(assign_offsets(&g), Err(MetadataError::BadSize { .. })));
+    assert!(matches!(
+        assign_offsets(&g),
+        Err(MetadataError::BadSize { .. })
+    ));
 }
 
 #[test]
 fn offsets_are_aligned_to_their_size() {
     let g = [
-        node("w", &[("b1", 1, W), ("b8", 8, W), ("b2", 2, W), ("b4", 4, W)], &[1]),
-        node("r", &[("b1", 1, R), ("b8", 8, R), ("b2", 2, R), ("b4", 4, R)], &[]),
+        node(
+            "w",
+            &[("b1", 1, W), ("b8", 8, W), ("b2", 2, W), ("b4", 4, W)],
+            &[1],
+        ),
+        node(
+            "r",
+            &[("b1", 1, R), ("b8", 8, R), ("b2", 2, R), ("b4", 4, R)],
+            &[],
+        ),
     ];
     let o = assign_offsets(&g).unwrap();
     for a in &o[0] {

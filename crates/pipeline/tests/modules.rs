@@ -15,7 +15,9 @@ const A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
 const B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
 
 fn frames(n: usize) -> Vec<Vec<u8>> {
-    (0..n).map(|i| udp(A, B, 1000 + i as u16, 53, &[i as u8; 6])).collect()
+    (0..n)
+        .map(|i| udp(A, B, 1000 + i as u16, 53, &[i as u8; 6]))
+        .collect()
 }
 
 #[test]
@@ -47,7 +49,11 @@ fn sink_consumes_everything() {
     let out = h.run(&mut Sink, 0, &frames(5));
     assert!(out.is_empty());
     assert_eq!(h.counters(), (0, 5, 0));
-    assert_eq!(h.pool().free_count(), h.pool().capacity(), "buffers went home");
+    assert_eq!(
+        h.pool().free_count(),
+        h.pool().capacity(),
+        "buffers went home"
+    );
 }
 
 #[test]
@@ -55,11 +61,21 @@ fn split_on_a_packet_field() {
     // IPv4 protocol byte: UDP (17) to gate 17, TCP (6) to gate 6.
     let u = udp(A, B, 1, 2, b"u");
     let t = tcp([1, 1, 1, 1], [2, 2, 2, 2], 3, 4);
-    let mut s = Split::new(SplitOn::Field { offset: 14 + 9, size: 1 }, 18);
+    let mut s = Split::new(
+        SplitOn::Field {
+            offset: 14 + 9,
+            size: 1,
+        },
+        18,
+    );
     let out = run_module(&mut s, 0, &[u.clone(), t.clone(), vec![0; 10]]);
     assert_eq!(out[17], vec![u]);
     assert_eq!(out[6], vec![t]);
-    assert_eq!(out.iter().map(Vec::len).sum::<usize>(), 2, "the short frame is dropped");
+    assert_eq!(
+        out.iter().map(Vec::len).sum::<usize>(),
+        2,
+        "the short frame is dropped"
+    );
 }
 
 #[test]
@@ -73,7 +89,9 @@ fn split_on_an_attribute_drops_values_without_a_gate() {
         2,
     );
     let values = [1u64, 0, 5, 1];
-    let out = h.run_with(&mut s, 0, &frames(4), |i, p, attrs| attrs[0].set_u64(p, values[i]));
+    let out = h.run_with(&mut s, 0, &frames(4), |i, p, attrs| {
+        attrs[0].set_u64(p, values[i])
+    });
     let f = frames(4);
     assert_eq!(out[0], vec![f[1].clone()]);
     assert_eq!(out[1], vec![f[0].clone(), f[3].clone()]);
@@ -131,13 +149,18 @@ fn random_split_spreads_and_drops() {
 
 #[test]
 fn hash_lb_keeps_flows_together() {
-    let flows: Vec<Vec<u8>> = (0..64).map(|i| tcp([10, 0, 0, i], [10, 0, 1, 1], 1000 + i as u16, 80)).collect();
+    let flows: Vec<Vec<u8>> = (0..64)
+        .map(|i| tcp([10, 0, 0, i], [10, 0, 1, 1], 1000 + i as u16, 80))
+        .collect();
     let mut lb = HashLb::new(4, HashFields::L4);
     let once = run_module(&mut lb, 0, &flows);
     let twice = run_module(&mut lb, 0, &flows);
     assert_eq!(once, twice, "same flow, same gate");
     assert_eq!(once.iter().map(Vec::len).sum::<usize>(), 64);
-    assert!(once.iter().all(|g| !g.is_empty()), "64 flows spread over 4 gates");
+    assert!(
+        once.iter().all(|g| !g.is_empty()),
+        "64 flows spread over 4 gates"
+    );
     // Ports matter for l4, not for l3.
     let a = tcp([10, 0, 0, 1], [10, 0, 0, 2], 1, 80);
     let l3 = HashLb::new(1 << 20, HashFields::L3);
@@ -208,7 +231,7 @@ fn timestamp_and_measure_in_metadata_and_in_packets() {
     // In the packet: 8 bytes big-endian at offset 42 (the UDP payload).
     let f = udp(A, B, 1, 2, &[0; 8]);
     h.set_time(0x0102_0304_0506_0708);
-    let out = h.run(&mut Timestamp::in_packet(42), 0, &[f.clone()]);
+    let out = h.run(&mut Timestamp::in_packet(42), 0, std::slice::from_ref(&f));
     let mut want = f.clone();
     want[42..50].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(out[0], vec![want.clone()]);
@@ -216,7 +239,11 @@ fn timestamp_and_measure_in_metadata_and_in_packets() {
     let mut m = Measure::in_packet(42);
     h.set_time(0x0102_0304_0506_0708 + 2_500);
     let out = h.run(&mut m, 0, &[want.clone(), want.clone()]);
-    assert_eq!(out[0], vec![want.clone(), want], "Measure passes packets on untouched");
+    assert_eq!(
+        out[0],
+        vec![want.clone(), want],
+        "Measure passes packets on untouched"
+    );
     let stats: std::collections::HashMap<_, _> = m.extra_stats().into_iter().collect();
     assert_eq!(stats["count"], 2);
     assert!((2_495..=2_505).contains(&stats["p50_ns"]), "{stats:?}");
@@ -224,9 +251,14 @@ fn timestamp_and_measure_in_metadata_and_in_packets() {
     // Metadata mode: latency from the attribute.
     let mut m = Measure::new();
     h.set_time(10_000);
-    h.run_with(&mut m, 0, &frames(3), |i, p, attrs| attrs[0].set_u64(p, 10_000 - 100 * (i as u64 + 1)));
+    h.run_with(&mut m, 0, &frames(3), |i, p, attrs| {
+        attrs[0].set_u64(p, 10_000 - 100 * (i as u64 + 1))
+    });
     let stats: std::collections::HashMap<_, _> = m.extra_stats().into_iter().collect();
-    assert_eq!((stats["count"], stats["min_ns"], stats["max_ns"]), (3, 100, 300));
+    assert_eq!(
+        (stats["count"], stats["min_ns"], stats["max_ns"]),
+        (3, 100, 300)
+    );
 }
 
 #[derive(Clone, Default)]
@@ -252,7 +284,11 @@ fn dump_prints_the_first_packets_and_passes_all() {
     let s = String::from_utf8(text.0.lock().clone()).unwrap();
     assert_eq!(
         s,
-        format!("packet 1 len={}: 02 00 00 00\npacket 2 len={}: 02 00 00 00\n", f[0].len(), f[1].len())
+        format!(
+            "packet 1 len={}: 02 00 00 00\npacket 2 len={}: 02 00 00 00\n",
+            f[0].len(),
+            f[1].len()
+        )
     );
 }
 
@@ -302,7 +338,11 @@ fn queue_buffers_then_releases_with_a_growing_burst() {
     let first = h.run_task(&mut *half);
     assert_eq!(first[0], f[..4].to_vec(), "the burst starts small");
     let second = h.run_task(&mut *half);
-    assert_eq!(second[0], f[4..12].to_vec(), "and doubles while the queue is full");
+    assert_eq!(
+        second[0],
+        f[4..12].to_vec(),
+        "and doubles while the queue is full"
+    );
     let third = h.run_task(&mut q);
     assert_eq!(third[0], f[12..16].to_vec());
 }
@@ -318,7 +358,11 @@ fn port_inc_and_queue_inc_receive() {
     let mut h = Harness::new();
     let mut inc = PortInc::new(port.clone());
     assert_eq!(h.run_task(&mut inc)[0], frames(2), "queue 0 first");
-    assert_eq!(h.run_task(&mut inc)[0], vec![frames(3)[2].clone()], "then queue 1");
+    assert_eq!(
+        h.run_task(&mut inc)[0],
+        vec![frames(3)[2].clone()],
+        "then queue 1"
+    );
     assert_eq!(h.counters().0, 3);
     wire.lock().rx[1].push_back(frames(1)[0].clone());
     wire.lock().rx[0].push_back(frames(2)[1].clone());

@@ -21,13 +21,18 @@ fn prio(p: u32) -> Placement {
 }
 
 /// Per task: (ns of work, packets, bits) per run.
-const COSTS: [(u64, u64, u64); 3] = [(100, 32, 32 * 64 * 8), (250, 7, 7 * 1500 * 8), (40, 13, 13 * 300 * 8)];
+const COSTS: [(u64, u64, u64); 3] = [
+    (100, 32, 32 * 64 * 8),
+    (250, 7, 7 * 1500 * 8),
+    (40, 13, 13 * 300 * 8),
+];
 
 fn run_shares(resource: Resource, rounds: u64) -> [u64; 3] {
     let clock = VirtualClock::new();
     let mut tree = TcTree::new("root", PolicySpec::WeightedFair { resource });
     for (i, s) in [1, 2, 5].into_iter().enumerate() {
-        tree.add_leaf(&format!("t{i}"), 0, i, share(s), None).unwrap();
+        tree.add_leaf(&format!("t{i}"), 0, i, share(s), None)
+            .unwrap();
     }
     let mut sched = Scheduler::new(tree, clock.clone());
     let mut used = [0u64; 3];
@@ -49,7 +54,12 @@ fn run_shares(resource: Resource, rounds: u64) -> [u64; 3] {
 
 #[test]
 fn weighted_shares_hold_for_every_resource() {
-    for resource in [Resource::Count, Resource::Cycle, Resource::Packet, Resource::Bit] {
+    for resource in [
+        Resource::Count,
+        Resource::Cycle,
+        Resource::Packet,
+        Resource::Bit,
+    ] {
         let used = run_shares(resource, 1_000_000);
         let total: u64 = used.iter().sum();
         for (i, want) in [1.0 / 8.0, 2.0 / 8.0, 5.0 / 8.0].into_iter().enumerate() {
@@ -74,9 +84,14 @@ fn rate_limited(resource: Resource, limit: u64, burst: u64) -> f64 {
             max_burst: Some(burst),
         },
     );
-    tree.add_leaf("src", 0, 0, Placement::default(), None).unwrap();
+    tree.add_leaf("src", 0, 0, Placement::default(), None)
+        .unwrap();
     let (packets, bits) = (32u64, 32 * 1500 * 8);
-    let per_run = if resource == Resource::Bit { bits } else { packets };
+    let per_run = if resource == Resource::Bit {
+        bits
+    } else {
+        packets
+    };
     let horizon = (20_000u128 * per_run as u128 * 1_000_000_000 / limit as u128) as u64;
     let mut sched = Scheduler::new(tree, clock.clone());
     let mut total = 0u64;
@@ -92,19 +107,42 @@ fn rate_limited(resource: Resource, limit: u64, burst: u64) -> f64 {
 
 #[test]
 fn bit_rate_limits_hold_from_1_mbps_to_100_gbps() {
-    for limit in [1_000_000u64, 10_000_000, 100_000_000, 1_000_000_000, 10_000_000_000, 40_000_000_000, 100_000_000_000] {
+    for limit in [
+        1_000_000u64,
+        10_000_000,
+        100_000_000,
+        1_000_000_000,
+        10_000_000_000,
+        40_000_000_000,
+        100_000_000_000,
+    ] {
         let got = rate_limited(Resource::Bit, limit, 400_000);
         let err = (got - limit as f64).abs() / limit as f64;
-        assert!(err < 0.01, "limit {limit} bit/s: got {got:.0} ({:.3}% off)", err * 100.0);
+        assert!(
+            err < 0.01,
+            "limit {limit} bit/s: got {got:.0} ({:.3}% off)",
+            err * 100.0
+        );
     }
 }
 
 #[test]
 fn packet_rate_limits_hold_from_1_kpps_to_100_mpps() {
-    for limit in [1_000u64, 10_000, 100_000, 1_000_000, 14_880_952, 100_000_000] {
+    for limit in [
+        1_000u64,
+        10_000,
+        100_000,
+        1_000_000,
+        14_880_952,
+        100_000_000,
+    ] {
         let got = rate_limited(Resource::Packet, limit, 32);
         let err = (got - limit as f64).abs() / limit as f64;
-        assert!(err < 0.01, "limit {limit} pps: got {got:.0} ({:.3}% off)", err * 100.0);
+        assert!(
+            err < 0.01,
+            "limit {limit} pps: got {got:.0} ({:.3}% off)",
+            err * 100.0
+        );
     }
 }
 
@@ -120,7 +158,8 @@ fn cycle_rate_limit_bounds_processor_time() {
             max_burst: Some(10_000),
         },
     );
-    tree.add_leaf("busy", 0, 0, Placement::default(), None).unwrap();
+    tree.add_leaf("busy", 0, 0, Placement::default(), None)
+        .unwrap();
     let mut sched = Scheduler::new(tree, clock.clone());
     while clock.now_ns() < 1_000_000_000 {
         sched.run_once(|_, _| {
@@ -131,7 +170,11 @@ fn cycle_rate_limit_bounds_processor_time() {
     let s = sched.stats();
     let share = s.busy_ns as f64 / clock.now_ns() as f64;
     assert!((share - 0.25).abs() < 0.0025, "busy share {share}");
-    assert_eq!(s.busy_ns + s.idle_ns, clock.now_ns(), "all time is busy or idle");
+    assert_eq!(
+        s.busy_ns + s.idle_ns,
+        clock.now_ns(),
+        "all time is busy or idle"
+    );
 }
 
 #[test]
@@ -146,7 +189,9 @@ fn a_burst_never_exceeds_the_bucket() {
             max_burst: Some(burst),
         },
     );
-    let leaf = tree.add_leaf("src", 0, 0, Placement::default(), None).unwrap();
+    let leaf = tree
+        .add_leaf("src", 0, 0, Placement::default(), None)
+        .unwrap();
     let mut sched = Scheduler::new(tree, clock.clone());
     // Idle for a long time: the bucket fills, but only to max_burst.
     for _ in 0..1000 {
@@ -171,7 +216,10 @@ fn a_burst_never_exceeds_the_bucket() {
     }
     let refill = 1_000_000_000 * (sent / run_bits) * 10 / 1_000_000_000;
     assert!(sent >= burst, "the full bucket is usable: {sent}");
-    assert!(sent <= burst + run_bits + refill, "burst {sent} > {burst} + one run");
+    assert!(
+        sent <= burst + run_bits + refill,
+        "burst {sent} > {burst} + one run"
+    );
 }
 
 #[test]
@@ -208,7 +256,8 @@ fn lower_priority_runs_only_while_the_higher_is_throttled() {
             None,
         )
         .unwrap();
-    tree.add_leaf("high", rl, 0, Placement::default(), None).unwrap();
+    tree.add_leaf("high", rl, 0, Placement::default(), None)
+        .unwrap();
     tree.add_leaf("low", 0, 1, prio(1), None).unwrap();
     let mut sched = Scheduler::new(tree, clock.clone());
     let mut runs = [0u64; 2];
@@ -235,7 +284,9 @@ fn a_throttled_class_resumes_exactly_when_its_tokens_allow() {
             max_burst: Some(32),
         },
     );
-    let leaf = tree.add_leaf("src", 0, 0, Placement::default(), None).unwrap();
+    let leaf = tree
+        .add_leaf("src", 0, 0, Placement::default(), None)
+        .unwrap();
     assert_eq!(tree.pick(), Some((leaf, 0)));
     let usage = Usage {
         count: 1,
@@ -260,10 +311,19 @@ fn usage_is_accounted_from_leaf_to_root() {
     let clock = VirtualClock::new();
     let mut tree = TcTree::new("root", PolicySpec::RoundRobin);
     let wf = tree
-        .add_class("wf", 0, PolicySpec::WeightedFair { resource: Resource::Bit }, Placement::default(), None)
+        .add_class(
+            "wf",
+            0,
+            PolicySpec::WeightedFair {
+                resource: Resource::Bit,
+            },
+            Placement::default(),
+            None,
+        )
         .unwrap();
     tree.add_leaf("a", wf, 0, share(1), None).unwrap();
-    tree.add_leaf("b", 0, 1, Placement::default(), None).unwrap();
+    tree.add_leaf("b", 0, 1, Placement::default(), None)
+        .unwrap();
     let mut sched = Scheduler::new(tree, clock.clone());
     for _ in 0..100 {
         sched.run_once(|t, _| {
@@ -277,15 +337,28 @@ fn usage_is_accounted_from_leaf_to_root() {
     }
     let s = sched.tree.stats();
     let by = |n: &str| s.iter().find(|c| c.name == n).unwrap().clone();
-    assert_eq!((by("a").count, by("a").packets, by("a").bits), (50, 100, 5000));
+    assert_eq!(
+        (by("a").count, by("a").packets, by("a").bits),
+        (50, 100, 5000)
+    );
     assert_eq!((by("wf").count, by("wf").bits), (50, 5000));
-    assert_eq!((by("root").count, by("root").packets, by("root").bits, by("root").cycles), (100, 250, 5500, 1000));
+    assert_eq!(
+        (
+            by("root").count,
+            by("root").packets,
+            by("root").bits,
+            by("root").cycles
+        ),
+        (100, 250, 5500, 1000)
+    );
 }
 
 #[test]
 fn tree_errors_name_the_class() {
     let mut tree = TcTree::new("root", PolicySpec::Priority);
-    let e = tree.add_leaf("x", 0, 0, Placement::default(), None).unwrap_err();
+    let e = tree
+        .add_leaf("x", 0, 0, Placement::default(), None)
+        .unwrap_err();
     assert!(e.to_string().contains("needs priority="), "{e}");
     tree.add_leaf("x", 0, 0, prio(1), None).unwrap();
     let e = tree.add_leaf("y", 0, 1, prio(1), None).unwrap_err();
@@ -293,7 +366,17 @@ fn tree_errors_name_the_class() {
     let e = tree.add_leaf("x", 0, 1, prio(2), None).unwrap_err();
     assert!(e.to_string().contains("already exists"), "{e}");
     let e = tree
-        .add_class("z", 0, PolicySpec::RateLimit { resource: Resource::Bit, limit: 0, max_burst: None }, prio(3), None)
+        .add_class(
+            "z",
+            0,
+            PolicySpec::RateLimit {
+                resource: Resource::Bit,
+                limit: 0,
+                max_burst: None,
+            },
+            prio(3),
+            None,
+        )
         .unwrap_err();
     assert!(e.to_string().contains("above 0"), "{e}");
 }

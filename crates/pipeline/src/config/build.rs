@@ -14,6 +14,9 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// Opens a port from its spec string (the CLI passes its port registry).
+pub type OpenPort<'a> = dyn Fn(&str) -> Result<Box<dyn Port>, PortError> + 'a;
+
 /// How to build: module classes, time source, and the pool for packets
 /// the pipeline makes itself.
 pub struct BuildOptions {
@@ -36,23 +39,25 @@ impl Default for BuildOptions {
 impl Desc {
     /// Open the ports with `open_port(spec)`, make the modules, connect
     /// them, set up workers and classes, and commit (metadata, placement).
-    pub fn build(
-        &self,
-        open_port: &dyn Fn(&str) -> Result<Box<dyn Port>, PortError>,
-    ) -> Result<Pipeline, ConfigError> {
+    pub fn build(&self, open_port: &OpenPort<'_>) -> Result<Pipeline, ConfigError> {
         self.build_with(open_port, BuildOptions::default())
     }
 
     /// [`Desc::build`] with explicit options (a virtual clock in tests).
     pub fn build_with(
         &self,
-        open_port: &dyn Fn(&str) -> Result<Box<dyn Port>, PortError>,
+        open_port: &OpenPort<'_>,
         opts: BuildOptions,
     ) -> Result<Pipeline, ConfigError> {
         let err = |pos: Pos, msg: String| ConfigError::new(&self.file, pos, msg);
         let mut ports: Vec<(String, SharedPort)> = Vec::new();
         for p in &self.ports {
-            let port = open_port(&p.spec).map_err(|e| err(p.pos, format!("cannot open port `{}` (\"{}\"): {e}", p.name, p.spec)))?;
+            let port = open_port(&p.spec).map_err(|e| {
+                err(
+                    p.pos,
+                    format!("cannot open port `{}` (\"{}\"): {e}", p.name, p.spec),
+                )
+            })?;
             ports.push((p.name.clone(), Arc::new(Mutex::new(port))));
         }
         let dma = SimDma::new();
@@ -64,22 +69,34 @@ impl Desc {
         };
         let mut g = Graph::new();
         for w in &self.workers {
-            g.add_worker(&w.name, w.core).map_err(|e| err(w.pos, e.to_string()))?;
+            g.add_worker(&w.name, w.core)
+                .map_err(|e| err(w.pos, e.to_string()))?;
         }
         for m in &self.modules {
             let mut args = m.args.clone();
-            let module = opts.registry.build(&m.class, &mut args, &env).map_err(|e| {
-                let pos = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(m.pos);
-                err(pos, format!("{} `{}`: {e}", m.class, m.name))
-            })?;
-            g.add_module(&m.name, module).map_err(|e| err(m.pos, e.to_string()))?;
+            let module = opts
+                .registry
+                .build(&m.class, &mut args, &env)
+                .map_err(|e| {
+                    let pos = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(m.pos);
+                    err(pos, format!("{} `{}`: {e}", m.class, m.name))
+                })?;
+            g.add_module(&m.name, module)
+                .map_err(|e| err(m.pos, e.to_string()))?;
         }
         for l in &self.links {
-            g.connect(&l.from, l.ogate, &l.to, l.igate).map_err(|e| err(l.pos, e.to_string()))?;
+            g.connect(&l.from, l.ogate, &l.to, l.igate)
+                .map_err(|e| err(l.pos, e.to_string()))?;
         }
         for t in &self.tcs {
-            g.add_tc(&t.name, t.worker.as_deref(), &t.parent, t.policy, t.placement)
-                .map_err(|e| err(t.pos, e.to_string()))?;
+            g.add_tc(
+                &t.name,
+                t.worker.as_deref(),
+                &t.parent,
+                t.policy,
+                t.placement,
+            )
+            .map_err(|e| err(t.pos, e.to_string()))?;
         }
         for a in &self.attachments {
             let parent = a.tc.as_deref().unwrap_or(ROOT_TC);

@@ -111,7 +111,10 @@ pub fn lex(src: &str, file: &str) -> Result<Vec<(Tok, Pos)>, ConfigError> {
                             Some((o, at)) => {
                                 return Err(err(
                                     pos,
-                                    format!("`{c}` does not match the `{o}` at {}:{}", at.line, at.col),
+                                    format!(
+                                        "`{c}` does not match the `{o}` at {}:{}",
+                                        at.line, at.col
+                                    ),
                                 ))
                             }
                             None => return Err(err(pos, format!("unbalanced `{c}`"))),
@@ -131,7 +134,9 @@ pub fn lex(src: &str, file: &str) -> Result<Vec<(Tok, Pos)>, ConfigError> {
                 let mut j = i + 1;
                 loop {
                     match chars.get(j) {
-                        None | Some('\n') => return Err(err(pos, "string is not closed with `\"`".into())),
+                        None | Some('\n') => {
+                            return Err(err(pos, "string is not closed with `\"`".into()))
+                        }
                         Some('"') => break,
                         Some('\\') => {
                             match chars.get(j + 1) {
@@ -140,7 +145,10 @@ pub fn lex(src: &str, file: &str) -> Result<Vec<(Tok, Pos)>, ConfigError> {
                                 Some(&e @ ('\\' | '"')) => s.push(e),
                                 _ => {
                                     return Err(err(
-                                        Pos { line, col: col + (j - i) },
+                                        Pos {
+                                            line,
+                                            col: col + (j - i),
+                                        },
                                         "unknown escape (use \\\\, \\\", \\n or \\t)".into(),
                                     ))
                                 }
@@ -158,12 +166,24 @@ pub fn lex(src: &str, file: &str) -> Result<Vec<(Tok, Pos)>, ConfigError> {
             }
             c if c.is_ascii_digit() => {
                 let start = i;
-                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == '.') {
+                while i < chars.len()
+                    && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == '.')
+                {
                     i += 1;
                 }
                 let text: String = chars[start..i].iter().collect();
                 col += i - start;
-                out.push((number(&text).ok_or_else(|| err(pos, format!("`{text}` is not a number (examples: 64, 0x1f, 10M, 1.5G, 0.25)")))?, pos));
+                out.push((
+                    number(&text).ok_or_else(|| {
+                        err(
+                            pos,
+                            format!(
+                                "`{text}` is not a number (examples: 64, 0x1f, 10M, 1.5G, 0.25)"
+                            ),
+                        )
+                    })?,
+                    pos,
+                ));
             }
             c if c.is_alphabetic() || c == '_' => {
                 let start = i;

@@ -7,7 +7,7 @@ mod build;
 mod lexer;
 mod parser;
 
-pub use build::BuildOptions;
+pub use build::{BuildOptions, OpenPort};
 
 use crate::args::{Args, Pos};
 use crate::modules::Registry;
@@ -35,7 +35,11 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: {}", self.file, self.pos.line, self.pos.col, self.msg)
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.pos.line, self.pos.col, self.msg
+        )
     }
 }
 
@@ -131,7 +135,12 @@ pub fn load(path: impl AsRef<Path>) -> Result<Desc, ConfigError> {
 pub fn load_with(path: impl AsRef<Path>, registry: &Registry) -> Result<Desc, ConfigError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let src = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(&file, Pos { line: 0, col: 0 }, format!("cannot read the file: {e}")))?;
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(
+            &file,
+            Pos { line: 0, col: 0 },
+            format!("cannot read the file: {e}"),
+        )
+    })?;
     parse_with(&src, &file, registry)
 }

@@ -58,7 +58,10 @@ impl<'a> Parser<'a> {
         ConfigError::new(self.file, pos, msg.into())
     }
     fn expected(&self, what: &str) -> ConfigError {
-        self.error(self.pos(), format!("expected {what}, found {}", self.peek().describe()))
+        self.error(
+            self.pos(),
+            format!("expected {what}, found {}", self.peek().describe()),
+        )
     }
     fn expect(&mut self, t: Tok, what: &str) -> Result<Pos, ConfigError> {
         if *self.peek() == t {
@@ -116,7 +119,15 @@ impl<'a> Parser<'a> {
         self.expect(Tok::Equals, "`=` after the port name")?;
         let spec = match self.bump() {
             (Tok::Str(s), _) => s,
-            (t, p) => return Err(self.error(p, format!("expected the port spec as a string (like \"sim:0\"), found {}", t.describe()))),
+            (t, p) => {
+                return Err(self.error(
+                    p,
+                    format!(
+                        "expected the port spec as a string (like \"sim:0\"), found {}",
+                        t.describe()
+                    ),
+                ))
+            }
         };
         self.desc.ports.push(PortDecl { name, spec, pos });
         Ok(())
@@ -135,8 +146,17 @@ impl<'a> Parser<'a> {
             self.expect(Tok::Equals, "`=` after the worker option")?;
             match (k.as_str(), self.bump()) {
                 ("core", (Tok::Int(c), _)) => core = Some(c as usize),
-                ("core", (t, p)) => return Err(self.error(p, format!("expected a core number, found {}", t.describe()))),
-                (other, _) => return Err(self.error(kp, format!("unknown worker option `{other}` (expected core=N)"))),
+                ("core", (t, p)) => {
+                    return Err(
+                        self.error(p, format!("expected a core number, found {}", t.describe()))
+                    )
+                }
+                (other, _) => {
+                    return Err(self.error(
+                        kp,
+                        format!("unknown worker option `{other}` (expected core=N)"),
+                    ))
+                }
             }
         }
         self.desc.workers.push(WorkerDecl { name, core, pos });
@@ -151,24 +171,34 @@ impl<'a> Parser<'a> {
             return Err(self.error(pos, format!("traffic class `{name}` is already declared")));
         }
         self.expect(Tok::Equals, "`=` after the class name")?;
-        let (policy, ppos) = self.name("a policy (priority, weighted_fair, round_robin or rate_limit)")?;
+        let (policy, ppos) =
+            self.name("a policy (priority, weighted_fair, round_robin or rate_limit)")?;
         let mut args = self.args()?;
         let arg_err = |p: &Parser, args: &Args, e: crate::args::ArgError| {
             let pos = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(ppos);
             p.error(pos, e.to_string())
         };
         let worker = args.str("worker").map_err(|e| arg_err(self, &args, e))?;
-        let parent = args.str("parent").map_err(|e| arg_err(self, &args, e))?.unwrap_or(ROOT_TC.into());
+        let parent = args
+            .str("parent")
+            .map_err(|e| arg_err(self, &args, e))?
+            .unwrap_or(ROOT_TC.into());
         let placement = placement(&mut args).map_err(|e| arg_err(self, &args, e))?;
         let spec = policy_spec(&policy, &mut args).map_err(|e| arg_err(self, &args, e))?;
         args.finish(&policy).map_err(|e| arg_err(self, &args, e))?;
         if let Some(w) = &worker {
             if !self.desc.workers.iter().any(|d| &d.name == w) {
-                return Err(self.error(args.pos("worker").unwrap_or(pos), format!("no worker named `{w}` (declare it first: worker {w} core=N)")));
+                return Err(self.error(
+                    args.pos("worker").unwrap_or(pos),
+                    format!("no worker named `{w}` (declare it first: worker {w} core=N)"),
+                ));
             }
         }
         if parent != ROOT_TC && !self.desc.tcs.iter().any(|t| t.name == parent) {
-            return Err(self.error(args.pos("parent").unwrap_or(pos), format!("no traffic class named `{parent}` declared before this line (or `root`)")));
+            return Err(self.error(
+                args.pos("parent").unwrap_or(pos),
+                format!("no traffic class named `{parent}` declared before this line (or `root`)"),
+            ));
         }
         self.desc.tcs.push(TcDecl {
             name,
@@ -190,7 +220,10 @@ impl<'a> Parser<'a> {
             return Err(self.error(mpos, format!("unknown method `{method}` (expected attach)")));
         }
         if !self.desc.modules.iter().any(|m| m.name == module) {
-            return Err(self.error(pos, format!("no module named `{module}` declared before this line")));
+            return Err(self.error(
+                pos,
+                format!("no module named `{module}` declared before this line"),
+            ));
         }
         let mut args = self.args()?;
         let arg_err = |p: &Parser, args: &Args, e: crate::args::ArgError| {
@@ -203,12 +236,18 @@ impl<'a> Parser<'a> {
         args.finish("attach").map_err(|e| arg_err(self, &args, e))?;
         if let Some(t) = tc.as_deref().filter(|&t| t != ROOT_TC) {
             if !self.desc.tcs.iter().any(|d| d.name == t) {
-                return Err(self.error(args.pos("tc").unwrap_or(pos), format!("no traffic class named `{t}` declared before this line")));
+                return Err(self.error(
+                    args.pos("tc").unwrap_or(pos),
+                    format!("no traffic class named `{t}` declared before this line"),
+                ));
             }
         }
         if let Some(w) = &worker {
             if !self.desc.workers.iter().any(|d| &d.name == w) {
-                return Err(self.error(args.pos("worker").unwrap_or(pos), format!("no worker named `{w}`")));
+                return Err(self.error(
+                    args.pos("worker").unwrap_or(pos),
+                    format!("no worker named `{w}`"),
+                ));
             }
         }
         self.desc.attachments.push(AttachDecl {
@@ -261,15 +300,29 @@ impl<'a> Parser<'a> {
             self.bump();
             match self.bump() {
                 (Tok::Int(g), _) => ogate = g as usize,
-                (t, p) => return Err(self.error(p, format!("expected an output gate number after `:`, found {}", t.describe()))),
+                (t, p) => {
+                    return Err(self.error(
+                        p,
+                        format!(
+                            "expected an output gate number after `:`, found {}",
+                            t.describe()
+                        ),
+                    ))
+                }
             }
         }
-        Ok(Endpoint { name, igate, ogate, pos })
+        Ok(Endpoint {
+            name,
+            igate,
+            ogate,
+            pos,
+        })
     }
 
     /// `name::Class(args)`, `Class(args)` or `name`.
     fn node(&mut self) -> Result<(String, Pos), ConfigError> {
-        let (first, pos) = self.name("a module (`name::Class(...)`, `Class(...)` or a module name)")?;
+        let (first, pos) =
+            self.name("a module (`name::Class(...)`, `Class(...)` or a module name)")?;
         match self.peek() {
             Tok::DoubleColon => {
                 self.bump();
@@ -293,20 +346,40 @@ impl<'a> Parser<'a> {
                     } else {
                         String::new()
                     };
-                    return Err(self.error(pos, format!("no module named `{first}` declared before this line{hint}")));
+                    return Err(self.error(
+                        pos,
+                        format!("no module named `{first}` declared before this line{hint}"),
+                    ));
                 }
                 Ok((first, pos))
             }
         }
     }
 
-    fn declare(&mut self, name: String, class: String, pos: Pos, class_pos: Pos) -> Result<(), ConfigError> {
+    fn declare(
+        &mut self,
+        name: String,
+        class: String,
+        pos: Pos,
+        class_pos: Pos,
+    ) -> Result<(), ConfigError> {
         if !self.registry.contains(&class) {
             let known: Vec<&str> = self.registry.classes().collect();
-            return Err(self.error(class_pos, format!("unknown module class `{class}` (known: {})", known.join(", "))));
+            return Err(self.error(
+                class_pos,
+                format!(
+                    "unknown module class `{class}` (known: {})",
+                    known.join(", ")
+                ),
+            ));
         }
         let args = self.args()?;
-        self.desc.modules.push(ModuleDecl { name, class, args, pos });
+        self.desc.modules.push(ModuleDecl {
+            name,
+            class,
+            args,
+            pos,
+        });
         Ok(())
     }
 
@@ -351,14 +424,25 @@ impl<'a> Parser<'a> {
                 self.bump();
                 Ok(Value::List(list))
             }
-            (t, p) => Err(self.error(p, format!("expected a value (number, string, name or [list]), found {}", t.describe()))),
+            (t, p) => Err(self.error(
+                p,
+                format!(
+                    "expected a value (number, string, name or [list]), found {}",
+                    t.describe()
+                ),
+            )),
         }
     }
 }
 
 fn placement(args: &mut Args) -> Result<Placement, crate::args::ArgError> {
     let priority = match args.u64("priority")? {
-        Some(p) if p > u32::MAX as u64 => return Err(crate::args::ArgError::new("priority", "must fit in 32 bits")),
+        Some(p) if p > u32::MAX as u64 => {
+            return Err(crate::args::ArgError::new(
+                "priority",
+                "must fit in 32 bits",
+            ))
+        }
         p => p.map(|p| p as u32),
     };
     Ok(Placement {
@@ -370,8 +454,12 @@ fn placement(args: &mut Args) -> Result<Placement, crate::args::ArgError> {
 fn resource(args: &mut Args, default: Resource) -> Result<Resource, crate::args::ArgError> {
     match args.str("resource")? {
         None => Ok(default),
-        Some(r) => Resource::parse(&r)
-            .ok_or_else(|| crate::args::ArgError::new("resource", format!("expected count, cycle, packet or bit, found `{r}`"))),
+        Some(r) => Resource::parse(&r).ok_or_else(|| {
+            crate::args::ArgError::new(
+                "resource",
+                format!("expected count, cycle, packet or bit, found `{r}`"),
+            )
+        }),
     }
 }
 

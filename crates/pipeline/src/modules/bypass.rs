@@ -31,5 +31,7 @@ impl Module for Bypass {
 }
 
 pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
-    Ok(Box::new(Bypass::new(args.usize_in("gates", 1, 1, MAX_GATES)?)))
+    Ok(Box::new(Bypass::new(
+        args.usize_in("gates", 1, 1, MAX_GATES)?,
+    )))
 }

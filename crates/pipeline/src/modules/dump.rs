@@ -55,7 +55,8 @@ pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Modu
     let snap = args.u64_or("snap", 64)? as usize;
     let out: Box<dyn Write + Send> = match args.str("file")? {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(&path).map_err(|e| ArgError::new("file", format!("cannot create `{path}`: {e}")))?,
+            std::fs::File::create(&path)
+                .map_err(|e| ArgError::new("file", format!("cannot create `{path}`: {e}")))?,
         )),
         None => Box::new(std::io::stderr()),
     };

@@ -102,7 +102,12 @@ pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Modu
         Some("l2") => HashFields::L2,
         Some("l3") => HashFields::L3,
         None | Some("l4") => HashFields::L4,
-        Some(m) => return Err(ArgError::new("fields", format!("expected l2, l3 or l4, found `{m}`"))),
+        Some(m) => {
+            return Err(ArgError::new(
+                "fields",
+                format!("expected l2, l3 or l4, found `{m}`"),
+            ))
+        }
     };
     Ok(Box::new(HashLb::new(gates, fields)))
 }

@@ -119,7 +119,12 @@ impl Registry {
         self.classes.keys().map(String::as_str)
     }
     /// Build a module of `class`; unknown arguments are errors.
-    pub fn build(&self, class: &str, args: &mut Args, env: &BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+    pub fn build(
+        &self,
+        class: &str,
+        args: &mut Args,
+        env: &BuildEnv,
+    ) -> Result<Box<dyn Module>, ArgError> {
         let ctor = self
             .classes
             .get(class)

@@ -44,7 +44,8 @@ impl PcapCapture {
             snaplen: 65535,
             ..PcapHeader::default()
         };
-        let writer = PcapWriter::with_header(file.clone(), header).map_err(std::io::Error::other)?;
+        let writer =
+            PcapWriter::with_header(file.clone(), header).map_err(std::io::Error::other)?;
         Ok(PcapCapture {
             file,
             writer: Some(writer),
@@ -80,7 +81,10 @@ impl Module for PcapCapture {
         }
     }
     fn extra_stats(&self) -> Vec<(&'static str, u64)> {
-        vec![("written", self.written), ("write_errors", self.write_errors)]
+        vec![
+            ("written", self.written),
+            ("write_errors", self.write_errors),
+        ]
     }
 }
 
@@ -92,7 +96,7 @@ impl Drop for PcapCapture {
 
 pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let path = args.required_str("file")?;
-    Ok(Box::new(
-        PcapCapture::create(Path::new(&path)).map_err(|e| ArgError::new("file", format!("cannot create `{path}`: {e}")))?,
-    ))
+    Ok(Box::new(PcapCapture::create(Path::new(&path)).map_err(
+        |e| ArgError::new("file", format!("cannot create `{path}`: {e}")),
+    )?))
 }

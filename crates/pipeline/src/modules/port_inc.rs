@@ -70,16 +70,25 @@ impl Module for PortInc {
     }
 }
 
-pub(super) fn port_inc(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+pub(super) fn port_inc(
+    args: &mut Args,
+    env: &super::BuildEnv,
+) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(PortInc::new(env.port(args, "port")?)))
 }
 
-pub(super) fn queue_inc(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+pub(super) fn queue_inc(
+    args: &mut Args,
+    env: &super::BuildEnv,
+) -> Result<Box<dyn Module>, ArgError> {
     let port = env.port(args, "port")?;
     let qid = args.u64_or("qid", 0)? as usize;
     let have = port.lock().rx_queues();
     if qid >= have {
-        return Err(ArgError::new("qid", format!("queue {qid} does not exist (the port has {have})")));
+        return Err(ArgError::new(
+            "qid",
+            format!("queue {qid} does not exist (the port has {have})"),
+        ));
     }
     Ok(Box::new(PortInc::queue(port, qid)))
 }

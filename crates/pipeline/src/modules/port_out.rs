@@ -47,16 +47,25 @@ impl Module for PortOut {
     }
 }
 
-pub(super) fn port_out(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+pub(super) fn port_out(
+    args: &mut Args,
+    env: &super::BuildEnv,
+) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(PortOut::new(env.port(args, "port")?)))
 }
 
-pub(super) fn queue_out(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+pub(super) fn queue_out(
+    args: &mut Args,
+    env: &super::BuildEnv,
+) -> Result<Box<dyn Module>, ArgError> {
     let port = env.port(args, "port")?;
     let qid = args.u64_or("qid", 0)? as usize;
     let have = port.lock().tx_queues();
     if qid >= have {
-        return Err(ArgError::new("qid", format!("queue {qid} does not exist (the port has {have})")));
+        return Err(ArgError::new(
+            "qid",
+            format!("queue {qid} does not exist (the port has {have})"),
+        ));
     }
     Ok(Box::new(PortOut::queue(port, qid)))
 }

@@ -60,11 +60,17 @@ pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Modu
         .map(|g| g as usize)
         .collect();
     if let Some(g) = gates.iter().find(|&&g| g >= MAX_GATES) {
-        return Err(ArgError::new("gates", format!("gate {g} is beyond {}", MAX_GATES - 1)));
+        return Err(ArgError::new(
+            "gates",
+            format!("gate {g} is beyond {}", MAX_GATES - 1),
+        ));
     }
     let rate = args.f64("drop_rate")?.unwrap_or(0.0);
     if !(0.0..=1.0).contains(&rate) {
-        return Err(ArgError::new("drop_rate", format!("{rate} is not between 0 and 1")));
+        return Err(ArgError::new(
+            "drop_rate",
+            format!("{rate} is not between 0 and 1"),
+        ));
     }
     let seed = args.u64_or("seed", 0x9E37_79B9_7F4A_7C15)?;
     Ok(Box::new(RandomSplit::new(gates, rate, seed)))

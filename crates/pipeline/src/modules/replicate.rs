@@ -13,7 +13,9 @@ pub struct Replicate {
 
 impl Replicate {
     pub fn new(gates: usize) -> Replicate {
-        Replicate { gates: gates.max(1) }
+        Replicate {
+            gates: gates.max(1),
+        }
     }
 }
 
@@ -46,5 +48,7 @@ impl Module for Replicate {
 }
 
 pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
-    Ok(Box::new(Replicate::new(args.usize_in("gates", 2, 1, MAX_GATES)?)))
+    Ok(Box::new(Replicate::new(
+        args.usize_in("gates", 2, 1, MAX_GATES)?,
+    )))
 }

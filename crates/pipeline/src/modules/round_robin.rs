@@ -47,7 +47,12 @@ pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Modu
     let per_batch = match args.str("mode")?.as_deref() {
         None | Some("packet") => false,
         Some("batch") => true,
-        Some(m) => return Err(ArgError::new("mode", format!("expected packet or batch, found `{m}`"))),
+        Some(m) => {
+            return Err(ArgError::new(
+                "mode",
+                format!("expected packet or batch, found `{m}`"),
+            ))
+        }
     };
     Ok(Box::new(RoundRobinSplit::new(gates, per_batch)))
 }

@@ -34,7 +34,11 @@ impl Module for SetMetadata {
         "SetMetadata"
     }
     fn attrs(&self) -> Vec<AttrSpec> {
-        vec![AttrSpec::new(self.attr.clone(), self.value.len(), Access::Write)]
+        vec![AttrSpec::new(
+            self.attr.clone(),
+            self.value.len(),
+            Access::Write,
+        )]
     }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
         let attr = ctx.attr(0);
@@ -51,14 +55,20 @@ pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Modu
     match args.take("value") {
         Some(crate::args::Value::Int(v)) => {
             if size < 8 && v >> (size * 8) != 0 {
-                return Err(ArgError::new("value", format!("{v} does not fit in {size} bytes")));
+                return Err(ArgError::new(
+                    "value",
+                    format!("{v} does not fit in {size} bytes"),
+                ));
             }
             Ok(Box::new(SetMetadata::int(&attr, size, v)))
         }
         Some(crate::args::Value::Str(s)) if s.len() <= MAX_ATTR_SIZE => {
             Ok(Box::new(SetMetadata::new(&attr, s.as_bytes())))
         }
-        Some(v) => Err(ArgError::new("value", format!("expected an integer or a short string, found `{v}`"))),
+        Some(v) => Err(ArgError::new(
+            "value",
+            format!("expected an integer or a short string, found `{v}`"),
+        )),
         None => Err(ArgError::new("value", "is required")),
     }
 }

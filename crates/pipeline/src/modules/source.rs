@@ -43,7 +43,9 @@ impl Module for Source {
         let mut made = 0;
         if let Some(out) = ctx.output(0) {
             while made < self.burst {
-                let Some(mut p) = self.pool.alloc() else { break };
+                let Some(mut p) = self.pool.alloc() else {
+                    break;
+                };
                 if p.copy_from(&self.template).is_err() {
                     break;
                 }
@@ -62,5 +64,10 @@ pub(super) fn build(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Mo
     if template.len() > env.pool.data_room() {
         return Err(ArgError::new("template", "longer than a packet buffer"));
     }
-    Ok(Box::new(Source::new(env.pool.clone(), &template, size, burst)))
+    Ok(Box::new(Source::new(
+        env.pool.clone(),
+        &template,
+        size,
+        burst,
+    )))
 }

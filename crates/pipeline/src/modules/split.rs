@@ -71,7 +71,11 @@ pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Modu
             offset: offset as usize,
             size,
         },
-        _ => return Err(ArgError::general("Split needs exactly one of attribute=NAME or offset=N")),
+        _ => {
+            return Err(ArgError::general(
+                "Split needs exactly one of attribute=NAME or offset=N",
+            ))
+        }
     };
     Ok(Box::new(Split::new(on, gates)))
 }

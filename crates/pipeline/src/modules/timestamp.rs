@@ -23,7 +23,9 @@ impl Timestamp {
     }
     /// Stamp packet bytes `offset..offset + 8`.
     pub fn in_packet(offset: usize) -> Timestamp {
-        Timestamp { offset: Some(offset) }
+        Timestamp {
+            offset: Some(offset),
+        }
     }
 }
 

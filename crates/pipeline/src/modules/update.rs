@@ -57,11 +57,19 @@ impl Module for Update {
 }
 
 pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
-    let offsets = args.u64_list("offset")?.ok_or_else(|| ArgError::new("offset", "is required"))?;
-    let sizes = args.u64_list("size")?.ok_or_else(|| ArgError::new("size", "is required"))?;
-    let values = args.u64_list("value")?.ok_or_else(|| ArgError::new("value", "is required"))?;
+    let offsets = args
+        .u64_list("offset")?
+        .ok_or_else(|| ArgError::new("offset", "is required"))?;
+    let sizes = args
+        .u64_list("size")?
+        .ok_or_else(|| ArgError::new("size", "is required"))?;
+    let values = args
+        .u64_list("value")?
+        .ok_or_else(|| ArgError::new("value", "is required"))?;
     if offsets.len() != sizes.len() || sizes.len() != values.len() {
-        return Err(ArgError::general("offset, size and value must have the same number of entries"));
+        return Err(ArgError::general(
+            "offset, size and value must have the same number of entries",
+        ));
     }
     let mut fields = Vec::new();
     for ((&offset, &size), &value) in offsets.iter().zip(&sizes).zip(&values) {
@@ -69,10 +77,16 @@ pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Modu
             return Err(ArgError::new("size", format!("{size} is not 1 to 8 bytes")));
         }
         if size < 8 && value >> (size * 8) != 0 {
-            return Err(ArgError::new("value", format!("{value:#x} does not fit in {size} bytes")));
+            return Err(ArgError::new(
+                "value",
+                format!("{value:#x} does not fit in {size} bytes"),
+            ));
         }
         if offset > u16::MAX as u64 {
-            return Err(ArgError::new("offset", format!("{offset} is beyond any packet")));
+            return Err(ArgError::new(
+                "offset",
+                format!("{offset} is beyond any packet"),
+            ));
         }
         fields.push(FieldUpdate {
             offset: offset as usize,

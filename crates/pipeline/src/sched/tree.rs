@@ -1,7 +1,8 @@
 //! The class tree and the scheduling loop of one worker.
 
 use super::{
-    Placement, PolicySpec, Priority, RateLimit, RoundRobin, SchedClock, TcError, Usage, WeightedFair,
+    Placement, PolicySpec, Priority, RateLimit, RoundRobin, SchedClock, TcError, Usage,
+    WeightedFair,
 };
 use crate::counters::Counter;
 use std::sync::Arc;
@@ -151,7 +152,13 @@ impl TcTree {
         Ok(id)
     }
 
-    fn push(&mut self, name: &str, parent: Option<TcId>, policy: Policy, counters: Option<Arc<TcCounters>>) {
+    fn push(
+        &mut self,
+        name: &str,
+        parent: Option<TcId>,
+        policy: Policy,
+        counters: Option<Arc<TcCounters>>,
+    ) {
         self.classes.push(Class {
             name: name.to_string(),
             parent,
@@ -161,13 +168,16 @@ impl TcTree {
         self.blocked.push(true);
     }
 
-    fn children(&self, id: TcId) -> Vec<TcId> {
+    /// Whether some child of `id` can run (no allocation: this runs on
+    /// every throttle and wake-up).
+    fn any_child_runnable(&self, id: TcId) -> bool {
+        let runnable = |c: TcId| !self.blocked[c];
         match &self.classes[id].policy {
-            Policy::Priority(p) => p.children().collect(),
-            Policy::WeightedFair(p) => p.children().collect(),
-            Policy::RoundRobin(p) => p.children().collect(),
-            Policy::RateLimit(_, c) => c.iter().copied().collect(),
-            Policy::Leaf(_) => Vec::new(),
+            Policy::Priority(p) => p.children().any(runnable),
+            Policy::WeightedFair(p) => p.children().any(runnable),
+            Policy::RoundRobin(p) => p.children().any(runnable),
+            Policy::RateLimit(_, c) => c.is_some_and(runnable),
+            Policy::Leaf(_) => true,
         }
     }
 
@@ -176,8 +186,10 @@ impl TcTree {
         loop {
             let blocked = match &self.classes[id].policy {
                 Policy::Leaf(_) => false,
-                Policy::RateLimit(rl, child) => rl.throttled() || child.is_none_or(|c| self.blocked[c]),
-                _ => self.children(id).iter().all(|&c| self.blocked[c]),
+                Policy::RateLimit(rl, child) => {
+                    rl.throttled() || child.is_none_or(|c| self.blocked[c])
+                }
+                _ => !self.any_child_runnable(id),
             };
             let changed = self.blocked[id] != blocked;
             self.blocked[id] = blocked;
@@ -388,9 +400,15 @@ impl Scheduler {
         let now = self.clock.now_ns();
         self.tree.wake(now);
         let Some((leaf, task)) = self.tree.pick() else {
-            let until = self.tree.next_wakeup().unwrap_or(now + MAX_IDLE_NS).min(now + MAX_IDLE_NS);
+            let until = self
+                .tree
+                .next_wakeup()
+                .unwrap_or(now + MAX_IDLE_NS)
+                .min(now + MAX_IDLE_NS);
             self.clock.idle_until(until);
-            self.counters.idle_ns.add(self.clock.now_ns().saturating_sub(now));
+            self.counters
+                .idle_ns
+                .add(self.clock.now_ns().saturating_sub(now));
             return false;
         };
         let (packets, bits) = run(task, now);

@@ -38,10 +38,13 @@ impl WeightedFair {
         self.resource
     }
     pub fn add_child(&mut self, child: TcId, name: &str, p: &Placement) -> Result<(), TcError> {
-        let share = p.share.filter(|&s| s > 0).ok_or_else(|| TcError::Placement {
-            class: name.to_string(),
-            msg: "a child of a weighted_fair class needs share=N (N >= 1)".into(),
-        })?;
+        let share = p
+            .share
+            .filter(|&s| s > 0)
+            .ok_or_else(|| TcError::Placement {
+                class: name.to_string(),
+                msg: "a child of a weighted_fair class needs share=N (N >= 1)".into(),
+            })?;
         self.children.push(Child {
             id: child,
             stride: STRIDE_ONE / share as u128,
@@ -55,11 +58,8 @@ impl WeightedFair {
             .children
             .iter_mut()
             .filter(|c| runnable(c.id))
-            .map(|c| {
-                c.pass = c.pass.max(vtime);
-                c
-            })
-            .min_by_key(|c| c.pass)?;
+            .min_by_key(|c| c.pass.max(vtime))?;
+        c.pass = c.pass.max(vtime);
         self.vtime = c.pass;
         Some(c.id)
     }

@@ -63,7 +63,9 @@ impl Port for MemPort {
         let mut w = self.wire.lock();
         let mut n = 0;
         while !batch.is_full() {
-            let Some(f) = w.rx[queue].pop_front() else { break };
+            let Some(f) = w.rx[queue].pop_front() else {
+                break;
+            };
             let mut p = self.pool.alloc().unwrap();
             p.copy_from(&f).unwrap();
             let _ = batch.push(p);
