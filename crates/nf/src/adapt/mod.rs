@@ -16,6 +16,7 @@
 
 pub mod agent;
 pub mod queue;
+pub mod scenarios;
 
 pub use agent::AgentNf;
 pub use queue::{QueueNf, QueueNfStats};
