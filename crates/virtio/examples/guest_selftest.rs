@@ -1,6 +1,7 @@
 //! Drive a VirtIO-net PCI device with nfkit's driver, inside a VM (see
-//! `cargo xtask guest`): bind it to uio_pci_generic, bring it up, send
-//! `count` frames and count what arrives for `secs` seconds.
+//! `cargo xtask guest`): open it with `nfkit_virtio::open_pci` (uio, or
+//! VFIO in `modern-vfio` mode), send `count` frames and count what
+//! arrives for `secs` seconds.
 //!
 //! ```text
 //! guest_selftest legacy-uio|modern-uio|modern-vfio [count] [secs]
@@ -11,13 +12,10 @@
 //! Prints `RESULT <mode> tx=<sent> rx=<received>` on success.
 
 use anyhow::{bail, Context, Result};
-use nfkit_hw::linux::{HugepageDma, LinuxPci};
-use nfkit_hw::vfio::VfioContainer;
-use nfkit_hw::{Batch, PciAddress, SystemClock};
-use nfkit_port::Port;
+use nfkit_hw::linux::SysfsDevice;
+use nfkit_hw::{Batch, PciAddress};
+use nfkit_port::{OpenOptions, Port};
 use nfkit_virtio::spec::net::{PCI_DEVICE_ID_LEGACY, PCI_DEVICE_ID_MODERN, PCI_VENDOR_ID};
-use nfkit_virtio::{LegacyTransport, ModernTransport, NetConfig, PciNet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The first PCI function with this vendor and device ID.
@@ -79,46 +77,19 @@ fn main() -> Result<()> {
     let mode = args.get(1).map(String::as_str).unwrap_or("legacy-uio");
     let count: u32 = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(1000);
     let secs: u64 = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(5);
-    let cfg = NetConfig {
-        name: mode.to_string(),
-        ..NetConfig::default()
-    };
-    let clock = Arc::new(SystemClock::default());
-    let (sent, received) = match mode {
-        "legacy-uio" => {
-            let addr = find(PCI_VENDOR_ID, PCI_DEVICE_ID_LEGACY)?;
-            let pci = LinuxPci::open(addr)?;
-            pci.sysfs().bind_driver("uio_pci_generic")?;
-            pci.enable_bus_master()?;
-            let dma = HugepageDma::new()?;
-            let mut net = PciNet::init(LegacyTransport::new(pci.io_bar(0)?), &dma, clock, &cfg)?;
-            println!("UP {mode} {addr} mac {:02x?}", net.mac());
-            run(&mut net, count, secs)?
-        }
-        "modern-uio" => {
-            let addr = find(PCI_VENDOR_ID, PCI_DEVICE_ID_MODERN)?;
-            let pci = LinuxPci::open(addr)?;
-            pci.sysfs().bind_driver("uio_pci_generic")?;
-            pci.enable_bus_master()?;
-            let dma = HugepageDma::new()?;
-            let t = ModernTransport::over_config_space(pci)?;
-            let mut net = PciNet::init(t, &dma, clock, &cfg)?;
-            println!("UP {mode} {addr} mac {:02x?}", net.mac());
-            run(&mut net, count, secs)?
-        }
-        "modern-vfio" => {
-            let addr = find(PCI_VENDOR_ID, PCI_DEVICE_ID_MODERN)?;
-            nfkit_hw::linux::SysfsDevice::new("/sys", addr)?.bind_driver("vfio-pci")?;
-            let container = VfioContainer::open()?;
-            let dev = container.device(addr)?;
-            dev.enable_bus_master()?;
-            let t = ModernTransport::over_config_space(dev)?;
-            let mut net = PciNet::init(t, &container, clock, &cfg)?;
-            println!("UP {mode} {addr} mac {:02x?}", net.mac());
-            run(&mut net, count, secs)?
-        }
+    let device = match mode {
+        "legacy-uio" => PCI_DEVICE_ID_LEGACY,
+        "modern-uio" | "modern-vfio" => PCI_DEVICE_ID_MODERN,
         other => bail!("unknown mode `{other}` (legacy-uio, modern-uio, modern-vfio)"),
     };
+    let addr = find(PCI_VENDOR_ID, device)?;
+    if mode == "modern-vfio" {
+        // open_pci drives a device bound to vfio-pci through VFIO.
+        SysfsDevice::new("/sys", addr)?.bind_driver("vfio-pci")?;
+    }
+    let mut port = nfkit_virtio::open_pci(addr, 1, &OpenOptions::default())?;
+    println!("UP {mode} {addr} mac {:02x?}", port.mac());
+    let (sent, received) = run(&mut *port, count, secs)?;
     println!("RESULT {mode} tx={sent} rx={received}");
     Ok(())
 }

@@ -19,6 +19,7 @@
 pub mod ctrl;
 pub mod error;
 pub mod net;
+pub mod open;
 pub mod pci;
 pub mod shm;
 pub mod spec;
@@ -27,6 +28,7 @@ pub mod virtqueue;
 
 pub use error::VirtioError;
 pub use net::{NetDevice, Notify};
+pub use open::{open_pci, open_vhost_user, open_virtio_user, opener};
 pub use pci::modern::{IoBars, PciCfgAccess, RegisterSpace};
 pub use pci::{LegacyTransport, ModernTransport, NetConfig, PciNet, PciTransport};
 pub use shm::MemfdArena;

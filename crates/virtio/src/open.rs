@@ -1,0 +1,128 @@
+//! Opening VirtIO ports from what a user names: a PCI address, a
+//! vhost-user socket to serve, a vhost-user socket to connect to. The
+//! CLI adds [`opener`] to its port registry so that `pci:ADDR` reaches
+//! this driver when ADDR is a VirtIO-net device.
+//!
+//! PCI access: a device bound to `vfio-pci` is driven through VFIO (DMA
+//! through the IOMMU; a modern device then needs `iommu_platform=on` in
+//! QEMU); any other is bound to `uio_pci_generic` and driven with
+//! hugepage DMA memory and physical addresses. Legacy devices are always
+//! driven through uio: they bypass a (v)IOMMU.
+
+use crate::error::VirtioError;
+use crate::pci::{check_device, LegacyTransport, ModernTransport, NetConfig, PciNet};
+use crate::spec::net as spec;
+use crate::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
+use nfkit_hw::linux::{HugepageDma, LinuxPci, SysfsDevice};
+use nfkit_hw::vfio::VfioContainer;
+use nfkit_hw::{PciAddress, SystemClock};
+use nfkit_port::{OpenOptions, Opener, Port, PortError, PortSpec};
+use std::path::Path;
+use std::sync::Arc;
+
+fn port_err(name: &str) -> impl Fn(VirtioError) -> PortError + '_ {
+    move |e| PortError::config(name, e.to_string())
+}
+
+/// Open the VirtIO-net device at `addr` with `queues` queue pairs.
+pub fn open_pci(
+    addr: PciAddress,
+    queues: u16,
+    opts: &OpenOptions,
+) -> Result<Box<dyn Port>, PortError> {
+    let name = format!("pci:{addr}");
+    let err = port_err(&name);
+    let sysfs = SysfsDevice::new("/sys", addr).map_err(|e| err(e.into()))?;
+    let cfg = NetConfig {
+        name: name.clone(),
+        queue_pairs: queues.max(1),
+        pool_size: opts.pool_buffers,
+        ..NetConfig::default()
+    };
+    let clock = Arc::new(SystemClock::default());
+    let vfio = sysfs.driver().map_err(|e| err(e.into()))?.as_deref() == Some("vfio-pci");
+    let device = sysfs.device_id().map_err(|e| err(e.into()))?;
+    if vfio && device == spec::PCI_DEVICE_ID_MODERN {
+        let container = VfioContainer::open().map_err(|e| err(e.into()))?;
+        let dev = container.device(addr).map_err(|e| err(e.into()))?;
+        check_device(&dev).map_err(&err)?;
+        dev.enable_bus_master().map_err(|e| err(e.into()))?;
+        let t = ModernTransport::over_config_space(dev).map_err(&err)?;
+        return Ok(Box::new(
+            PciNet::init(t, &container, clock, &cfg).map_err(&err)?,
+        ));
+    }
+    let pci = LinuxPci::open(addr).map_err(|e| err(e.into()))?;
+    check_device(&pci).map_err(&err)?;
+    sysfs
+        .bind_driver("uio_pci_generic")
+        .map_err(|e| err(e.into()))?;
+    pci.enable_bus_master().map_err(|e| err(e.into()))?;
+    let dma = HugepageDma::new().map_err(|e| err(e.into()))?;
+    if device == spec::PCI_DEVICE_ID_LEGACY {
+        let bar0 = pci.io_bar(0).map_err(|e| err(e.into()))?;
+        let t = LegacyTransport::new(bar0);
+        Ok(Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?))
+    } else {
+        let t = ModernTransport::over_config_space(pci).map_err(&err)?;
+        Ok(Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?))
+    }
+}
+
+/// A vhost-user backend port listening on `path`.
+pub fn open_vhost_user(
+    path: &Path,
+    queues: u16,
+    opts: &OpenOptions,
+) -> Result<Box<dyn Port>, PortError> {
+    let name = format!("vhost-user:{}", path.display());
+    let pool = nfkit_port::software_pool(&name, opts.pool_buffers)?;
+    let cfg = BackendConfig {
+        name: name.clone(),
+        path: path.to_path_buf(),
+        queue_pairs: queues.max(1),
+        mac: [0x02, 0, 0, 0, 0, 0x10],
+    };
+    Ok(Box::new(
+        VhostUserBackend::listen(cfg, pool).map_err(port_err(&name))?,
+    ))
+}
+
+/// A vhost-user frontend port connected to the backend at `path`.
+pub fn open_virtio_user(
+    path: &Path,
+    queues: u16,
+    opts: &OpenOptions,
+) -> Result<Box<dyn Port>, PortError> {
+    let name = format!("virtio-user:{}", path.display());
+    let cfg = FrontendConfig {
+        name: name.clone(),
+        queue_pairs: queues.max(1),
+        pool_size: opts.pool_buffers,
+        ..FrontendConfig::default()
+    };
+    Ok(Box::new(
+        vhost_user::connect(path, &cfg).map_err(port_err(&name))?,
+    ))
+}
+
+/// Whether the PCI function at `addr` is a VirtIO-net device (by sysfs).
+pub fn is_virtio_net(addr: PciAddress) -> bool {
+    let Ok(dev) = SysfsDevice::new("/sys", addr) else {
+        return false;
+    };
+    dev.vendor_id().ok() == Some(spec::PCI_VENDOR_ID)
+        && matches!(
+            dev.device_id().ok(),
+            Some(spec::PCI_DEVICE_ID_LEGACY | spec::PCI_DEVICE_ID_MODERN)
+        )
+}
+
+/// A registry opener: takes `pci:ADDR` when ADDR is a VirtIO-net device
+/// and passes every other spec on.
+pub fn opener() -> impl Opener {
+    |spec: &PortSpec, opts: &OpenOptions| match spec {
+        PortSpec::Pci(addr) if is_virtio_net(*addr) => Some(open_pci(*addr, 1, opts)),
+        _ => None,
+    }
+}
