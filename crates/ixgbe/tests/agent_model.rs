@@ -399,8 +399,6 @@ fn failing_input_stops_the_outputs() {
 
 /// Frames the device flags with an error reach no output and are counted.
 #[test]
-#[ignore = "the model sets the legacy RX error at bit 47 (errors bit 7, IPE in Intel's layout); \
-            the 82599's legacy RXE/CE is errors bit 0 (bit 40); enable once the model agrees"]
 fn rx_errors_reach_no_output() {
     let mut bench = Bench::new(Mode::LockStep);
     let a = bench.nic(ModelConfig {
