@@ -13,6 +13,24 @@
 //! Spec numbers are in [`spec`]. `unsafe` appears only where memory is
 //! shared with another process (the memfd arena of [`shm`]); every block
 //! carries a `// SAFETY:` comment.
+//!
+//! ## Reading path
+//!
+//! From a port to a descriptor write: [`open_pci`] picks uio or VFIO and
+//! the register layout → [`PciNet::init`] runs §3.1.1 and builds the
+//! queues → [`NetDevice`]'s `Port::tx_batch` puts the net header in the
+//! headroom (`net.rs`, `TxQueue::send`) → [`Virtqueue::add`] writes the
+//! descriptor and the available-ring slot → [`Virtqueue::publish`]
+//! writes `avail.idx` and says whether to notify → [`Notify::notify`]
+//! (I/O port, register window, or eventfd).
+//!
+//! ## Ports
+//!
+//! | open with | port |
+//! |---|---|
+//! | [`open_pci`] / [`opener`] (`pci:ADDR` of a 1af4:1000/1041) | [`PciNet`] |
+//! | [`open_virtio_user`] | [`vhost_user::VirtioUser`] (our driver, a backend process as the device) |
+//! | [`open_vhost_user`] | [`vhost_user::VhostUserBackend`] (we are the device) |
 
 #![deny(unsafe_code)]
 

@@ -1,6 +1,6 @@
 //! A vhost-user backend port: nfkit as the switch that VMs (QEMU) and
 //! other vhost-user frontends (DPDK's virtio-user, our own
-//! [`super::VhostUserFrontend`]) plug into.
+//! [`super::VirtioUser`]) plug into.
 //!
 //! The protocol (message framing, file descriptors over SCM_RIGHTS,
 //! reply-ack) is rust-vmm's `vhost` crate; the rings are walked with
