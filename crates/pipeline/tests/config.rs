@@ -222,7 +222,10 @@ fn split_example_classifies_by_metadata() {
     let (mut p, _) = build_virtual(&example("split.nfk"), &ports);
     let wire = ports.wire("sim:0");
     wire.lock().rx[0].extend((0..64).map(|i| tcp([10, 0, 0, i], [10, 0, 0, 200], 1000, 80)));
+    // The burst grows 4, 8, 16, 32 while the port stays backed up.
     p.step(3).unwrap();
+    assert_eq!(p.stats().module("split").unwrap().received(), 4 + 8 + 16);
+    p.step(2).unwrap();
     let s = p.stats();
     assert_counters_add_up(&s);
     let consumed = |m: &str| s.module(m).unwrap().consumed;

@@ -1,11 +1,15 @@
 //! PortInc / QueueInc: a task that receives from a port (all its receive
 //! queues in turn, or one queue) into output gate 0.
 //!
-//! The port fills the gate's batch directly, up to what it holds; how
-//! many packets a run takes thus follows the load (SoftNIC §4.5).
+//! A run hands on at most `burst` packets (32 by default), and fewer
+//! while the port keeps up: the batch grows only while every run finds
+//! the port backed up (SoftNIC §4.5). `Port::rx_batch` fills whatever
+//! room a batch has, so the port receives into a carry-over batch owned
+//! by the module, and runs take from its front; packets waiting there
+//! show in the `queued` statistic.
 
 use crate::args::{ArgError, Args};
-use crate::module::{Ctx, Module};
+use crate::module::{AdaptiveBurst, Ctx, Module, DEFAULT_BURST};
 use crate::pipeline::SharedPort;
 use nfkit_hw::Batch;
 
@@ -14,24 +18,51 @@ pub struct PortInc {
     /// `None`: every receive queue in turn.
     queue: Option<usize>,
     next: usize,
+    burst: AdaptiveBurst,
+    carry: Batch,
 }
 
 impl PortInc {
     /// Receive from every queue of `port`.
     pub fn new(port: SharedPort) -> PortInc {
-        PortInc {
-            port,
-            queue: None,
-            next: 0,
-        }
+        PortInc::with(port, None, DEFAULT_BURST)
     }
     /// Receive from queue `queue` of `port` only (QueueInc).
     pub fn queue(port: SharedPort, queue: usize) -> PortInc {
+        PortInc::with(port, Some(queue), DEFAULT_BURST)
+    }
+    /// Hand on at most `burst` packets a run.
+    pub fn with_burst(mut self, burst: usize) -> PortInc {
+        self.burst = AdaptiveBurst::new(burst);
+        self
+    }
+    fn with(port: SharedPort, queue: Option<usize>, burst: usize) -> PortInc {
         PortInc {
             port,
-            queue: Some(queue),
+            queue,
             next: 0,
+            burst: AdaptiveBurst::new(burst),
+            carry: Batch::new(),
         }
+    }
+
+    /// Refill the carry-over batch from the port when it is empty.
+    fn receive(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.carry.is_empty() {
+            return;
+        }
+        let mut port = self.port.lock();
+        let q = match self.queue {
+            Some(q) => q,
+            None => {
+                let q = self.next % port.rx_queues().max(1);
+                self.next = q + 1;
+                q
+            }
+        };
+        let got = port.rx_batch(q, &mut self.carry);
+        drop(port);
+        ctx.count_created(got as u64);
     }
 }
 
@@ -54,27 +85,33 @@ impl Module for PortInc {
         true
     }
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
-        let mut port = self.port.lock();
-        let q = match self.queue {
-            Some(q) => q,
-            None => {
-                let q = self.next % port.rx_queues().max(1);
-                self.next = q + 1;
-                q
-            }
-        };
+        self.receive(ctx);
+        let want = self.burst.next();
+        let take = want.min(self.carry.len());
+        // "Full" when the port had at least what we asked for.
+        self.burst
+            .record(if self.carry.len() >= want { want } else { take });
         let Some(out) = ctx.output(0) else { return };
-        let got = port.rx_batch(q, out);
-        drop(port);
-        ctx.count_created(got as u64);
+        for p in self.carry.drain_front(take) {
+            // Cannot fail: the gate batch is empty and `take` <= its size.
+            let _ = out.push(p);
+        }
     }
+    fn extra_stats(&self) -> Vec<(&'static str, u64)> {
+        vec![("queued", self.carry.len() as u64)]
+    }
+}
+
+fn burst(args: &mut Args) -> Result<usize, ArgError> {
+    args.usize_in("burst", DEFAULT_BURST, 1, nfkit_hw::pool::MAX_BATCH)
 }
 
 pub(super) fn port_inc(
     args: &mut Args,
     env: &super::BuildEnv,
 ) -> Result<Box<dyn Module>, ArgError> {
-    Ok(Box::new(PortInc::new(env.port(args, "port")?)))
+    let port = env.port(args, "port")?;
+    Ok(Box::new(PortInc::new(port).with_burst(burst(args)?)))
 }
 
 pub(super) fn queue_inc(
@@ -90,5 +127,5 @@ pub(super) fn queue_inc(
             format!("queue {qid} does not exist (the port has {have})"),
         ));
     }
-    Ok(Box::new(PortInc::queue(port, qid)))
+    Ok(Box::new(PortInc::queue(port, qid).with_burst(burst(args)?)))
 }

@@ -45,6 +45,12 @@ impl Module for PortOut {
         ctx.count_consumed(sent as u64);
         // What is left is dropped and counted by the caller.
     }
+    fn on_pause(&mut self) {
+        // Buffered output (a capture file) reaches its destination.
+        if let Err(e) = self.port.lock().flush() {
+            tracing::warn!(error = %e, "flushing a port on pause failed");
+        }
+    }
 }
 
 pub(super) fn port_out(
