@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod bench_nf;
 pub mod demo;
 pub mod doctor;
 pub mod fwd;

@@ -99,6 +99,16 @@ enum Cmd {
         #[arg(long)]
         packets: u64,
     },
+    /// (internal) the lock-step NF run measured under callgrind.
+    #[command(hide = true)]
+    BenchNfLockstep {
+        #[arg(long, value_enum)]
+        model: Model,
+        #[arg(long)]
+        nf: String,
+        #[arg(long)]
+        packets: u64,
+    },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
@@ -106,6 +116,19 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Every NF on both driver models over simulated 82599s with 60,000
+    /// flows: Mpps per core and instructions per packet (callgrind).
+    Nfs {
+        /// Seconds per free-running measurement.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// Packets per callgrind run.
+        #[arg(long, default_value_t = 20_000)]
+        packets: u64,
+        /// Only these NFs (default: all).
+        #[arg(long = "nf")]
+        nfs: Vec<String>,
+    },
     /// Agent vs queue model: Mpps per core against the free-running model
     /// and instructions per packet under callgrind, for TinyNF's no-op,
     /// MAC write and MAC lookup.
@@ -193,7 +216,16 @@ fn main() -> Result<()> {
         }
         Cmd::Bench { what } => match what {
             BenchCmd::Drivers { seconds, packets } => nfkit::bench::drivers(seconds, packets)?,
+            BenchCmd::Nfs {
+                seconds,
+                packets,
+                nfs,
+            } => nfkit::bench_nf::nfs(seconds, packets, &nfs)?,
         },
+        Cmd::BenchNfLockstep { model, nf, packets } => {
+            let n = nfkit::bench_nf::lockstep(model, &nf, packets)?;
+            println!("forwarded {n}");
+        }
         Cmd::BenchLockstep { model, nf, packets } => {
             let n = nfkit::bench::lockstep(model, nf, packets)?;
             println!("forwarded {n}");
