@@ -314,10 +314,10 @@ impl Graph {
         placement: Placement,
     ) -> Result<(), GraphError> {
         self.ensure_worker();
-        let w = worker
-            .map(|w| self.worker_index(w))
-            .transpose()?
-            .unwrap_or(0);
+        let w = match worker {
+            Some(w) => self.worker_index(w)?,
+            None => self.tc_worker(parent).unwrap_or(0),
+        };
         self.check_parent(w, parent)?;
         // Build a scratch tree to check the policy and placement now.
         self.tcs.push(TcSpec {

@@ -63,9 +63,6 @@ struct WorkerThread {
     pause: Arc<AtomicBool>,
 }
 
-/// Rounds between looks at the pause flag.
-const ROUNDS_PER_CHECK: usize = 64;
-
 /// A pipeline ready to run.
 pub struct Pipeline {
     graph: Graph,
@@ -211,11 +208,10 @@ impl Pipeline {
                     }
                 }
                 while let Ok(mut st) = cmd_rx.recv() {
+                    // One relaxed load a round: free next to a task run.
                     while !flag.load(Ordering::Relaxed) {
-                        for _ in 0..ROUNDS_PER_CHECK {
-                            let rt = &mut st.runtime;
-                            st.sched.run_once(|task, now| rt.run_task(task, now));
-                        }
+                        let rt = &mut st.runtime;
+                        st.sched.run_once(|task, now| rt.run_task(task, now));
                     }
                     if back_tx.send(st).is_err() {
                         return;

@@ -175,3 +175,40 @@ fn any_gate_can_be_captured_to_pcap() {
         [swapped(&before, b"early"), swapped(&after, b"late")].concat()
     );
 }
+
+#[test]
+fn a_packet_loop_is_cut_and_counted_not_a_hang() {
+    // m -> b -> back into m: packets would circle forever.
+    let src = "src::Source(burst=4) -> m::Merge() -> b::Bypass()\nb -> 1:m\n";
+    let mut p = build(src, VirtualClock::new());
+    p.step(3).unwrap();
+    let s = p.stats();
+    for m in &s.modules {
+        assert!(m.balanced(), "{m:?}");
+    }
+    assert_eq!(s.module("src").unwrap().created, 12);
+    assert_eq!(
+        s.dropped(),
+        12,
+        "every packet dropped once the walk is too deep"
+    );
+}
+
+#[test]
+fn classes_inherit_their_parents_worker() {
+    let src = "worker a\nworker b\ntc top = priority(worker=b)\ntc leafy = round_robin(parent=top, priority=1)\ns::Source() -> Sink()\ns.attach(tc=leafy)\n";
+    let mut p = build(src, VirtualClock::new());
+    p.step(2).unwrap();
+    let s = p.stats();
+    assert_eq!(
+        s.workers[1]
+            .classes
+            .iter()
+            .find(|c| c.name == "s")
+            .unwrap()
+            .count,
+        2,
+        "{s}"
+    );
+    assert_eq!(s.workers[0].sched.rounds, 0);
+}

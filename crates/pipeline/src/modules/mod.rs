@@ -1,5 +1,32 @@
 //! The core modules, one file each, and the registry that builds them
 //! from config arguments.
+//!
+//! | class | gates in/out | arguments (defaults) | what it does |
+//! |---|---|---|---|
+//! | `PortInc` | 0/1, task | `port`, `burst=32` | receive from every queue of a port in turn |
+//! | `QueueInc` | 0/1, task | `port`, `qid=0`, `burst=32` | receive from one queue |
+//! | `PortOut` | 1/0 | `port` | send on queue `worker % tx_queues`; refused packets are drops |
+//! | `QueueOut` | 1/0 | `port`, `qid=0` | send on one queue |
+//! | `Queue` | 1/1, task | `size=1024`, `burst=32` | lock-free ring; its task may run on another worker |
+//! | `Source` | 0/1, task | `size=60`, `burst=32`, `template=[bytes]` or `"text"` | make packets from the pipeline's pool |
+//! | `Sink` | 1/0 | | free packets (counted as consumed) |
+//! | `Bypass` | n/n | `gates=1` | input gate i to output gate i |
+//! | `Merge` | 64/1 | | every input to output 0 |
+//! | `Split` | 1/n | `attribute=NAME` or `offset=N`, `size=1` (1..8), `gates=2` | gate = attribute value, or big-endian packet field |
+//! | `RoundRobin` | 1/n | `gates=2`, `mode=packet\|batch` | spread in turn |
+//! | `Replicate` | 1/n | `gates=2` | original to gate 0, copies to the rest |
+//! | `RandomSplit` | 1/n | `gates=[0]`, `drop_rate=0.0`, `seed` | random gate from the list, or drop |
+//! | `HashLB` | 1/n | `gates=2`, `fields=l4` (`l2`, `l3`, `l4`) | flow hash over MACs / IPs / IPs+proto+ports |
+//! | `MACSwap` | 1/1 | | swap Ethernet source and destination |
+//! | `Update` | 1/1 | `offset=[..]`, `size=[..]` (1..8), `value=[..]` | write big-endian constants into the packet |
+//! | `SetMetadata` | 1/1 | `attribute=NAME`, `size=4`, `value=N` or `"bytes"` | write a metadata attribute |
+//! | `Timestamp` | 1/1 | `offset=N` (else the `timestamp` attribute) | stamp the scheduler time (ns) |
+//! | `Measure` | 1/1 | `offset=N` (else the `timestamp` attribute) | latency histogram (hdrhistogram): count, min, mean, p50, p99, p999, max |
+//! | `Dump` | 1/1 | `limit=16`, `snap=64`, `file=PATH` (else stderr) | print the first packets in hex |
+//! | `PcapCapture` | 1/1 | `file=PATH` | write packets to a pcap file |
+//!
+//! Every packet a module receives leaves by an output gate, is consumed
+//! (sent, sunk), is held (a queue), or is counted as dropped.
 
 mod bypass;
 mod dump;
