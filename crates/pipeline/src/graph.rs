@@ -1,7 +1,8 @@
 //! The pipeline graph as the control side holds it: modules by name,
 //! connections between gates, workers, traffic classes and task
-//! attachments. [`Graph::commit`] checks it, places metadata and splits
-//! it into one [`Runtime`](crate::runtime::Runtime) and one class tree
+//! attachments. Committing it (when a [`Pipeline`](crate::Pipeline) is made
+//! or edited) checks it, places metadata and splits
+//! it into one runtime (modules and gate batches) and one class tree
 //! per worker.
 
 use crate::counters::{GateCounters, ModuleCounters};
