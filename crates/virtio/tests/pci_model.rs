@@ -528,6 +528,12 @@ fn legacy_device_comes_up_and_loops_packets_back() {
     }
     assert_eq!(net.stats().rx_packets, 1280);
     assert_eq!(net.stats().rx_errors + net.stats().tx_errors, 0);
+    drop(net);
+    assert_eq!(
+        model.state.lock().status,
+        0,
+        "closing the port resets the device before freeing its rings"
+    );
 }
 
 #[test]

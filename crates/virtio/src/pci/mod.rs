@@ -250,6 +250,16 @@ impl<T: PciTransport> PciNet<T> {
     }
 }
 
+impl<T: PciTransport> Drop for PciNet<T> {
+    /// Reset the device (§2.1: writing 0 resets it) before the rings and
+    /// buffers it may still write to are freed.
+    fn drop(&mut self) {
+        if let Err(e) = self.dev.transport().set_status(status::RESET) {
+            tracing::warn!("resetting the VirtIO device on close: {e}");
+        }
+    }
+}
+
 type Queues = (Vec<RxQueue>, Vec<TxQueue>, Option<ControlQueue>, u16);
 
 fn setup_queues<T: PciTransport>(

@@ -468,6 +468,10 @@ impl VhostUserBackendReqHandlerMut for Handler {
             {
                 v.queue.set_next_used(u.0);
             }
+            // We poll: ask the frontend not to kick (used.flags
+            // NO_NOTIFY, §2.7.10; with EVENT_IDX, avail_event is never
+            // moved on, so it kicks at most once per 65536 buffers).
+            let _ = v.queue.disable_notification(&mem.mem);
             v.started = true;
             Ok(())
         })
