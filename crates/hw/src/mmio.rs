@@ -21,6 +21,33 @@ pub trait Bar: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// A 16-bit register (VirtIO 1.x common configuration has them). The
+    /// default reads the containing dword; a BAR whose device cares about
+    /// access width (real hardware) overrides it.
+    fn read16(&self, offset: usize) -> u16 {
+        let shift = (offset & 2) * 8;
+        (self.read32(offset & !3) >> shift) as u16
+    }
+    /// The default is a read-modify-write of the containing dword, right
+    /// only for plain storage; real hardware overrides it with a 16-bit
+    /// store.
+    fn write16(&self, offset: usize, value: u16) {
+        let shift = (offset & 2) * 8;
+        let old = self.read32(offset & !3) & !(0xFFFF << shift);
+        self.write32(offset & !3, old | (u32::from(value) << shift));
+    }
+    /// An 8-bit register (see [`Bar::read16`]).
+    fn read8(&self, offset: usize) -> u8 {
+        let shift = (offset & 3) * 8;
+        (self.read32(offset & !3) >> shift) as u8
+    }
+    /// An 8-bit register (see [`Bar::write16`]).
+    fn write8(&self, offset: usize, value: u8) {
+        let shift = (offset & 3) * 8;
+        let old = self.read32(offset & !3) & !(0xFF << shift);
+        self.write32(offset & !3, old | (u32::from(value) << shift));
+    }
 }
 
 impl<B: Bar + ?Sized> Bar for std::sync::Arc<B> {
@@ -34,6 +61,18 @@ impl<B: Bar + ?Sized> Bar for std::sync::Arc<B> {
     }
     fn len(&self) -> usize {
         (**self).len()
+    }
+    fn read16(&self, offset: usize) -> u16 {
+        (**self).read16(offset)
+    }
+    fn write16(&self, offset: usize, value: u16) {
+        (**self).write16(offset, value)
+    }
+    fn read8(&self, offset: usize) -> u8 {
+        (**self).read8(offset)
+    }
+    fn write8(&self, offset: usize, value: u8) {
+        (**self).write8(offset, value)
     }
 }
 
@@ -80,6 +119,11 @@ impl MmioBar {
     }
 
     #[inline(always)]
+    fn fits(&self, offset: usize, size: usize) -> bool {
+        offset.is_multiple_of(size) && offset.checked_add(size).is_some_and(|e| e <= self.len)
+    }
+
+    #[inline(always)]
     fn in_bounds(&self, offset: usize) -> bool {
         offset.is_multiple_of(4) && offset.checked_add(4).is_some_and(|e| e <= self.len)
     }
@@ -116,6 +160,51 @@ impl Bar for MmioBar {
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn read16(&self, offset: usize) -> u16 {
+        if !self.fits(offset, 2) {
+            return u16::MAX;
+        }
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: in bounds and 2-byte aligned within a live register
+        // mapping; a 16-bit access, as the device expects.
+        let v = unsafe { std::ptr::read_volatile(self.base.as_ptr().add(offset) as *const u16) };
+        compiler_fence(Ordering::SeqCst);
+        u16::from_le(v)
+    }
+
+    fn write16(&self, offset: usize, value: u16) {
+        if !self.fits(offset, 2) {
+            return;
+        }
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: in bounds and 2-byte aligned within a live register mapping.
+        unsafe {
+            std::ptr::write_volatile(self.base.as_ptr().add(offset) as *mut u16, value.to_le())
+        };
+        compiler_fence(Ordering::SeqCst);
+    }
+
+    fn read8(&self, offset: usize) -> u8 {
+        if !self.fits(offset, 1) {
+            return u8::MAX;
+        }
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: in bounds within a live register mapping.
+        let v = unsafe { std::ptr::read_volatile(self.base.as_ptr().add(offset)) };
+        compiler_fence(Ordering::SeqCst);
+        v
+    }
+
+    fn write8(&self, offset: usize, value: u8) {
+        if !self.fits(offset, 1) {
+            return;
+        }
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: in bounds within a live register mapping.
+        unsafe { std::ptr::write_volatile(self.base.as_ptr().add(offset), value) };
+        compiler_fence(Ordering::SeqCst);
     }
 }
 
