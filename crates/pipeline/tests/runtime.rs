@@ -212,3 +212,16 @@ fn classes_inherit_their_parents_worker() {
     );
     assert_eq!(s.workers[0].sched.rounds, 0);
 }
+
+#[test]
+fn a_worker_on_a_missing_core_is_an_error_naming_it() {
+    let mut p = build(
+        "worker far core=4096\ns::Source() -> Sink()\n",
+        VirtualClock::new(),
+    );
+    let e = p.start().unwrap_err();
+    assert!(
+        matches!(&e, PipelineError::NoCore { worker, core: 4096, .. } if worker == "far"),
+        "{e}"
+    );
+}

@@ -4,10 +4,11 @@
 
 use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, DEFAULT_BURST};
-use nfkit_hw::{Batch, Mempool};
+use nfkit_hw::{Batch, Mempool, PoolCache};
 
 pub struct Source {
-    pool: Mempool,
+    /// A per-task stack of free buffers: no shared atomics per packet.
+    pool: PoolCache,
     template: Vec<u8>,
     burst: usize,
 }
@@ -18,7 +19,7 @@ impl Source {
         let mut t = template.to_vec();
         t.resize(size.max(template.len()), 0);
         Source {
-            pool,
+            pool: pool.cache(2 * nfkit_hw::pool::MAX_BATCH),
             template: t,
             burst: burst.clamp(1, nfkit_hw::pool::MAX_BATCH),
         }
