@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_nf;
+pub mod bench_ports;
 pub mod demo;
 pub mod doctor;
 pub mod fwd;
@@ -10,4 +11,6 @@ pub mod ixgbe_port;
 pub mod lab;
 pub mod nf;
 pub mod pktgen;
+pub mod run;
 pub mod stats;
+pub mod testpmd;

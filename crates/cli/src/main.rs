@@ -109,6 +109,13 @@ enum Cmd {
         #[arg(long)]
         packets: u64,
     },
+    /// Run a pipeline described in FILE (the SoftNIC config language).
+    Run {
+        file: std::path::PathBuf,
+        /// Stop after this many seconds (default: Ctrl-C).
+        #[arg(long)]
+        seconds: Option<u64>,
+    },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
@@ -139,6 +146,20 @@ enum BenchCmd {
         /// Packets per callgrind run.
         #[arg(long, default_value_t = 20_000)]
         packets: u64,
+    },
+    /// nfkit's AF_XDP, AF_PACKET and null ports against DPDK's PMDs
+    /// (dpdk-testpmd io forwarding) on the same veth pair, same traffic,
+    /// same core (issue #4). Needs root and dpdk-testpmd.
+    Ports {
+        /// Measured seconds per side and case (after 1 s of warm-up).
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Frames sent out of each veth end at start (testpmd --burst).
+        #[arg(long, default_value_t = 32)]
+        burst: usize,
+        /// Only these cases (default: all).
+        #[arg(long = "case", value_enum)]
+        cases: Vec<nfkit::bench_ports::Case>,
     },
 }
 
@@ -216,6 +237,19 @@ fn main() -> Result<()> {
         }
         Cmd::Bench { what } => match what {
             BenchCmd::Drivers { seconds, packets } => nfkit::bench::drivers(seconds, packets)?,
+            BenchCmd::Ports {
+                seconds,
+                burst,
+                cases,
+            } => nfkit::bench_ports::ports(&nfkit::bench_ports::PortsOptions {
+                cases: if cases.is_empty() {
+                    nfkit::bench_ports::Case::ALL.to_vec()
+                } else {
+                    cases
+                },
+                seconds,
+                burst,
+            })?,
             BenchCmd::Nfs {
                 seconds,
                 packets,
@@ -230,6 +264,7 @@ fn main() -> Result<()> {
             let n = nfkit::bench::lockstep(model, nf, packets)?;
             println!("forwarded {n}");
         }
+        Cmd::Run { file, seconds } => print!("{}", nfkit::run::run(&file, seconds)?),
         Cmd::Doctor => print!(
             "{}",
             nfkit::doctor::report(&nfkit::doctor::checks(&nfkit::doctor::System::live()))
