@@ -16,10 +16,7 @@ fn scenarios_pass_in(form: Form) {
         let mut nf = nfkit_nf::build(s.nf, s.options).unwrap();
         let nics = SimNics::lockstep(nf.port_count()).unwrap();
         let result = with_form(form, &nics, &mut *nf, |round| {
-            (s.run)(&mut LockstepExchange {
-                nics: &nics,
-                round,
-            })
+            (s.run)(&mut LockstepExchange { nics: &nics, round })
         })
         .unwrap();
         if let Err(e) = result {
