@@ -1,0 +1,333 @@
+//! `nfkit bench ports`: nfkit's port backends against DPDK's, in one run,
+//! on the same interfaces, with the same traffic, duration and cores.
+//!
+//! | case | nfkit | DPDK |
+//! |---|---|---|
+//! | AF_XDP | `fwd` between `afxdp:A` and `afxdp:B` | testpmd io over `net_af_xdp` on A and B |
+//! | AF_PACKET | `fwd` between `afpacket:A` and `afpacket:B` | testpmd io over `net_af_packet` on A and B |
+//! | null | `fwd` between two `null:size=60` | testpmd io over two `net_null` (size=60) |
+//!
+//! A and B are the two ends of one veth pair made for the case (and
+//! removed after it). Each side forwards what one port receives out of
+//! the other, so a frame sent on A arrives on B and is sent on A again:
+//! the only traffic is one burst sent out of each port at start
+//! (testpmd's `--tx-first`; nfkit sends the same number of 64-byte UDP
+//! frames), which then circulates. The rate is therefore bound by the
+//! round trip through the kernel, as it is for DPDK.
+//!
+//! Both sides forward on one pinned core (core 1; testpmd's main lcore 0
+//! only prints statistics), leave packet data untouched (testpmd's io
+//! mode does not read it: `Touch::None`), and are measured as the mean of
+//! the two ports' receive rates over the seconds after the first.
+
+use crate::testpmd::Testpmd;
+use anyhow::{Context, Result};
+use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
+use nfkit_port::null::udp_template;
+use nfkit_port::{Batch, OpenOptions, Port};
+use nfkit_testkit::Veth;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Frame size of the circulating traffic (testpmd's transmit default).
+pub const FRAME_LEN: usize = 64;
+/// The core both sides forward on.
+pub const FORWARDING_CORE: usize = 1;
+/// Measurement starts this long after forwarding does.
+pub const WARMUP: Duration = Duration::from_secs(1);
+
+/// One comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Case {
+    AfXdp,
+    AfPacket,
+    Null,
+}
+
+impl Case {
+    pub const ALL: [Case; 3] = [Case::AfXdp, Case::AfPacket, Case::Null];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::AfXdp => "AF_XDP (veth)",
+            Case::AfPacket => "AF_PACKET (veth)",
+            Case::Null => "null",
+        }
+    }
+
+    /// The ratio nfkit/DPDK issue #4 asks for.
+    pub fn target(self) -> f64 {
+        match self {
+            Case::AfXdp | Case::AfPacket => 1.2,
+            Case::Null => 1.0,
+        }
+    }
+
+    fn nfkit_specs(self, ends: Option<&Veth>) -> [String; 2] {
+        match (self, ends) {
+            (Case::AfXdp, Some(v)) => [format!("afxdp:{}", v.a), format!("afxdp:{}", v.b)],
+            (Case::AfPacket, Some(v)) => [format!("afpacket:{}", v.a), format!("afpacket:{}", v.b)],
+            _ => ["null:size=60".into(), "null:size=60".into()],
+        }
+    }
+
+    fn dpdk_vdevs(self, ends: Option<&Veth>) -> Vec<String> {
+        match (self, ends) {
+            (Case::AfXdp, Some(v)) => vec![
+                format!("net_af_xdp0,iface={},start_queue=0,queue_count=1", v.a),
+                format!("net_af_xdp1,iface={},start_queue=0,queue_count=1", v.b),
+            ],
+            (Case::AfPacket, Some(v)) => vec![
+                format!("net_af_packet0,iface={},qpairs=1", v.a),
+                format!("net_af_packet1,iface={},qpairs=1", v.b),
+            ],
+            _ => vec!["net_null0,size=60".into(), "net_null1,size=60".into()],
+        }
+    }
+
+    fn uses_veth(self) -> bool {
+        self != Case::Null
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PortsOptions {
+    pub cases: Vec<Case>,
+    /// Measured seconds per side (after a one-second warm-up).
+    pub seconds: u64,
+    /// Frames sent out of each port at start on the veth cases.
+    pub burst: usize,
+}
+
+/// One side's figure, or why there is none.
+pub type Figure = std::result::Result<f64, String>;
+
+/// One line of the table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub case: String,
+    /// Mpps per port.
+    pub nfkit: Figure,
+    pub dpdk: Figure,
+    /// nfkit/DPDK wanted.
+    pub target: f64,
+}
+
+impl Row {
+    pub fn ratio(&self) -> Option<f64> {
+        match (&self.nfkit, &self.dpdk) {
+            (Ok(n), Ok(d)) if *d > 0.0 => Some(n / d),
+            _ => None,
+        }
+    }
+}
+
+/// Set by Ctrl-C: the running case ends early and no other starts (the
+/// veth pairs are removed on the way out).
+fn interrupted() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    if ctrlc::set_handler(move || f.store(true, Ordering::Relaxed)).is_err() {
+        tracing::warn!("could not install the Ctrl-C handler: Ctrl-C ends the benchmark at once");
+    }
+    flag
+}
+
+pub fn run(opts: &PortsOptions) -> Result<Vec<Row>> {
+    let stop = interrupted();
+    let mut rows = Vec::new();
+    for &case in &opts.cases {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        rows.push(run_case(case, opts, &stop)?);
+    }
+    Ok(rows)
+}
+
+fn run_case(case: Case, opts: &PortsOptions, stop: &AtomicBool) -> Result<Row> {
+    let veth = if case.uses_veth() {
+        Some(quiet_veth().context("making the veth pair")?)
+    } else {
+        None
+    };
+    let specs = case.nfkit_specs(veth.as_ref());
+    let burst = if case.uses_veth() { opts.burst } else { 0 };
+    let nfkit = nfkit_mpps(&specs, burst, opts.seconds, stop).map_err(|e| format!("{e:#}"));
+    let dpdk = Testpmd::new(case.dpdk_vdevs(veth.as_ref()), opts.seconds)
+        .tx_first(case.uses_veth())
+        .burst((case.uses_veth() && opts.burst != 32).then_some(opts.burst))
+        .warmup_periods(1)
+        .run()
+        .map(|r| r.mean_rx_pps() / 1e6)
+        .map_err(|e| e.to_string());
+    Ok(Row {
+        case: case.name().into(),
+        nfkit,
+        dpdk,
+        target: case.target(),
+    })
+}
+
+/// A veth pair with IPv6 off on both ends, so that the kernel sends
+/// nothing of its own (router solicitations, MLD reports) into the
+/// circulating traffic.
+fn quiet_veth() -> Result<Veth> {
+    let v = Veth::new()?;
+    for end in [&v.a, &v.b] {
+        let knob = format!("/proc/sys/net/ipv6/conf/{end}/disable_ipv6");
+        if let Err(e) = std::fs::write(&knob, "1") {
+            tracing::warn!("cannot turn IPv6 off on {end} ({knob}: {e}); stray packets may join");
+        }
+    }
+    Ok(v)
+}
+
+/// nfkit's forwarding rate between two ports: Mpps per port, the mean of
+/// both ports' receive rates after the warm-up.
+pub fn nfkit_mpps(
+    specs: &[String; 2],
+    burst: usize,
+    seconds: u64,
+    stop: &AtomicBool,
+) -> Result<f64> {
+    let opts = OpenOptions::default();
+    let open = |s: &String| -> Result<Box<dyn Port>> {
+        Ok(nfkit_port::open(&s.parse()?, &opts).with_context(|| format!("opening `{s}`"))?)
+    };
+    let mut a = open(&specs[0])?;
+    let mut b = open(&specs[1])?;
+    for p in [&mut a, &mut b] {
+        send_burst(&mut **p, burst)?;
+    }
+    let total = WARMUP + Duration::from_secs(seconds);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            pin_to(FORWARDING_CORE);
+            forward_measured(&mut *a, &mut *b, total, stop)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the forwarding thread panicked"))?
+    })
+}
+
+/// Send `n` 64-byte UDP frames out of `port`, allocated from its pool.
+fn send_burst(port: &mut dyn Port, n: usize) -> Result<()> {
+    let frame = udp_template(FRAME_LEN);
+    let mut left = n;
+    let mut batch = Batch::new();
+    while left > 0 {
+        while left > 0 && !batch.is_full() {
+            let mut buf = port.pool().alloc().with_context(|| {
+                format!("{}: pool empty while sending the first burst", port.name())
+            })?;
+            buf.copy_from(&frame)
+                .map_err(|_| anyhow::anyhow!("a {FRAME_LEN}-byte frame does not fit a buffer"))?;
+            batch.push(buf);
+            left -= 1;
+        }
+        let want = batch.len();
+        let sent = port.tx_batch(0, &mut batch);
+        anyhow::ensure!(
+            sent == want,
+            "{}: sent {sent} of the first burst's {want} frames",
+            port.name()
+        );
+    }
+    Ok(())
+}
+
+/// Pin the calling thread; a warning if the core does not exist.
+pub fn pin_to(core: usize) {
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        tracing::warn!("could not pin the forwarding thread to core {core}");
+    }
+}
+
+/// Forward for `total`, measuring from [`WARMUP`] on. Mpps per port.
+fn forward_measured(
+    a: &mut dyn Port,
+    b: &mut dyn Port,
+    total: Duration,
+    interrupted: &AtomicBool,
+) -> Result<f64> {
+    let done = AtomicBool::new(false);
+    let opts = FwdOptions {
+        touch: Touch::None,
+        stats_interval: Duration::from_millis(100),
+        stop_when_done: false,
+    };
+    let rx = |r: &FwdReport| r.ports[0].rx_packets + r.ports[1].rx_packets;
+    let mut from: Option<(Duration, u64)> = None;
+    let report = fwd([a, b], &opts, &done, |r| {
+        if from.is_none() && r.elapsed >= WARMUP {
+            from = Some((r.elapsed, rx(r)));
+        }
+        if r.elapsed >= total || interrupted.load(Ordering::Relaxed) {
+            done.store(true, Ordering::Relaxed);
+        }
+    })?;
+    let (t0, n0) = from.context("stopped before the warm-up ended")?;
+    let over = (report.elapsed - t0).as_secs_f64();
+    anyhow::ensure!(over > 0.0, "no time measured after the warm-up");
+    Ok((rx(&report) - n0) as f64 / over / 2.0 / 1e6)
+}
+
+/// The table, the targets and whether each is met.
+pub fn print_table(title: &str, rows: &[Row]) {
+    println!("{title}");
+    println!(
+        "{:<22} {:>11} {:>11} {:>7} {:>8}  {}",
+        "case", "nfkit Mpps", "DPDK Mpps", "ratio", "target", "met"
+    );
+    for r in rows {
+        let fig = |f: &Figure| match f {
+            Ok(v) => format!("{v:.3}"),
+            Err(_) => "error".into(),
+        };
+        let (ratio, met) = match r.ratio() {
+            Some(x) => (format!("{x:.2}x"), if x >= r.target { "yes" } else { "no" }),
+            None => ("-".into(), "-"),
+        };
+        println!(
+            "{:<22} {:>11} {:>11} {:>7} {:>7.1}x  {}",
+            r.case,
+            fig(&r.nfkit),
+            fig(&r.dpdk),
+            ratio,
+            r.target,
+            met
+        );
+    }
+    for r in rows {
+        for (side, f) in [("nfkit", &r.nfkit), ("DPDK", &r.dpdk)] {
+            if let Err(e) = f {
+                println!("{} / {side}: {e}", r.case);
+            }
+        }
+    }
+}
+
+/// `nfkit bench ports`.
+pub fn ports(opts: &PortsOptions) -> Result<()> {
+    if cfg!(debug_assertions) {
+        println!(
+            "note: a debug build; run `cargo run --release -- bench ports` for meaningful figures"
+        );
+    }
+    let rows = run(opts)?;
+    print_table(
+        &format!(
+            "nfkit vs DPDK {} io forwarding, one forwarding core (core {FORWARDING_CORE}), \
+             {} s measured after {} s warm-up; veth cases: {} x {FRAME_LEN}-byte frames \
+             sent out of each port at start, circulating; Mpps per port",
+            crate::testpmd::TESTPMD,
+            opts.seconds,
+            WARMUP.as_secs(),
+            opts.burst
+        ),
+        &rows,
+    );
+    Ok(())
+}

@@ -1,0 +1,678 @@
+//! Running `dpdk-testpmd` as the yardstick of the benchmark commands.
+//!
+//! One run: make sure hugepages are reserved and hugetlbfs is mounted
+//! (both put back as they were afterwards), start testpmd in io
+//! forwarding mode on the given virtual devices with statistics every
+//! second, let it run for the asked time, stop it with SIGINT (SIGKILL
+//! after a grace period), and average each port's `Rx-pps`/`Tx-pps` over
+//! the steady periods. Every wait is bounded.
+//!
+//! ```no_run
+//! use nfkit::testpmd::Testpmd;
+//! let run = Testpmd::new(["net_null0,size=60", "net_null1,size=60"], 3).run()?;
+//! println!("{:.2} Mpps per port", run.mean_rx_pps() / 1e6);
+//! # Ok::<(), nfkit::testpmd::TestpmdError>(())
+//! ```
+
+use nfkit_hw::linux::{Hugepages, Reservation};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The program run.
+pub const TESTPMD: &str = "dpdk-testpmd";
+/// Debian packages that provide it and the virtual-device drivers used.
+pub const DEBIAN_PACKAGES: &str =
+    "dpdk dpdk-dev librte-net-null23 librte-net-af-packet23 librte-net-af-xdp23";
+/// Free 2 MiB hugepages asked for (256 MiB: the mbuf pool below, the
+/// AF_XDP PMD's UMEM and EAL's own structures fit with room to spare).
+const HUGEPAGES: u64 = 128;
+/// Mbufs in testpmd's pool (its default sizes the pool for hardware rings
+/// of thousands of descriptors per queue, about 400 MiB).
+const MBUFS: usize = 16384;
+/// How long EAL start-up and port configuration may take before the
+/// first statistics appear.
+const STARTUP_LIMIT: Duration = Duration::from_secs(30);
+/// How long testpmd may take to exit after SIGINT.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
+/// Lines of testpmd's output shown when it fails.
+const TAIL_LINES: usize = 15;
+
+/// Why a testpmd run gave no figures.
+#[derive(Debug, thiserror::Error)]
+pub enum TestpmdError {
+    #[error(
+        "`{TESTPMD}` is not installed: `apt-get install {DEBIAN_PACKAGES}` (DPDK 22.11 in Debian 12)"
+    )]
+    NotInstalled,
+    #[error("hugepages for DPDK: {0}")]
+    Hugepages(#[from] nfkit_hw::HwError),
+    #[error("{what}: {source}")]
+    Os {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{command}` failed ({status}); its last lines:\n{tail}")]
+    Failed {
+        command: String,
+        status: String,
+        tail: String,
+    },
+    #[error("`{command}` printed no throughput figures; its last lines:\n{tail}")]
+    NoStats { command: String, tail: String },
+}
+
+fn os(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestpmdError {
+    let what = what.into();
+    move |source| TestpmdError::Os { what, source }
+}
+
+/// One testpmd run in io forwarding mode.
+#[derive(Debug, Clone)]
+pub struct Testpmd {
+    /// `--vdev` arguments, one port each, in port order.
+    pub vdevs: Vec<String>,
+    /// Statistics periods (about a second each) averaged, after the
+    /// baseline block and the warm-up periods.
+    pub seconds: u64,
+    /// EAL `-l`: the main lcore first, then the forwarding lcores.
+    pub lcores: String,
+    /// Forwarding cores (`--nb-cores`).
+    pub forwarding_cores: usize,
+    /// Send one burst out of every port at start (`--tx-first`): the only
+    /// traffic when ports loop back to each other.
+    pub tx_first: bool,
+    /// Packets per burst (`--burst`), testpmd's default (32) if `None`.
+    pub burst: Option<usize>,
+    /// Statistics periods after the baseline block left out of the
+    /// average (warm-up).
+    pub warmup_periods: usize,
+}
+
+/// Average rates of one port over the steady periods.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PortRate {
+    pub port: usize,
+    pub rx_pps: f64,
+    pub tx_pps: f64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct TestpmdRun {
+    /// One entry per port, in port order.
+    pub ports: Vec<PortRate>,
+    /// Statistics periods averaged (seconds).
+    pub periods: usize,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+impl TestpmdRun {
+    /// Receive rate averaged over the ports.
+    pub fn mean_rx_pps(&self) -> f64 {
+        mean(self.ports.iter().map(|p| p.rx_pps))
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        sum / n as f64
+    }
+}
+
+impl Testpmd {
+    /// One forwarding core (lcore 1; lcore 0 is the main lcore printing
+    /// statistics), no `--tx-first`.
+    pub fn new<S: Into<String>>(vdevs: impl IntoIterator<Item = S>, seconds: u64) -> Testpmd {
+        Testpmd {
+            vdevs: vdevs.into_iter().map(Into::into).collect(),
+            seconds,
+            lcores: "0-1".into(),
+            forwarding_cores: 1,
+            tx_first: false,
+            burst: None,
+            warmup_periods: 0,
+        }
+    }
+
+    pub fn tx_first(mut self, on: bool) -> Testpmd {
+        self.tx_first = on;
+        self
+    }
+
+    pub fn burst(mut self, packets: Option<usize>) -> Testpmd {
+        self.burst = packets;
+        self
+    }
+
+    pub fn warmup_periods(mut self, periods: usize) -> Testpmd {
+        self.warmup_periods = periods;
+        self
+    }
+
+    /// The arguments after the program name. `prefix` names this run's
+    /// runtime files (`--file-prefix`), unique so runs never share them.
+    pub fn args(&self, prefix: &str) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "-l".into(),
+            self.lcores.clone(),
+            "-n".into(),
+            "1".into(),
+            "--no-pci".into(),
+            // No hugepage files left behind, even if testpmd is killed.
+            "--in-memory".into(),
+            "--file-prefix".into(),
+            prefix.into(),
+            "--log-level".into(),
+            "pmd.net.af_xdp:error".into(),
+        ];
+        for v in &self.vdevs {
+            a.push("--vdev".into());
+            a.push(v.clone());
+        }
+        a.push("--".into());
+        a.extend(
+            [
+                "--forward-mode=io",
+                "--auto-start",
+                "--stats-period",
+                "1",
+                &format!("--nb-cores={}", self.forwarding_cores),
+                &format!("--total-num-mbufs={MBUFS}"),
+            ]
+            .map(String::from),
+        );
+        if let Some(b) = self.burst {
+            a.push(format!("--burst={b}"));
+        }
+        if self.tx_first {
+            a.push("--tx-first".into());
+        }
+        a
+    }
+
+    /// Run testpmd and average its per-port rates over the steady periods
+    /// (every statistics block after the first, which only sets the
+    /// baseline, and after the warm-up periods).
+    pub fn run(&self) -> Result<TestpmdRun, TestpmdError> {
+        if !on_path(TESTPMD) {
+            return Err(TestpmdError::NotInstalled);
+        }
+        let _env = DpdkEnv::prepare()?;
+        let prefix = unique_prefix();
+        let args = self.args(&prefix);
+        let command = format!("{TESTPMD} {}", args.join(" "));
+        let log = LogFile::new(&prefix)?;
+        let child = Command::new(TESTPMD)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log.writer()?)
+            .stderr(log.writer()?)
+            .spawn()
+            .map_err(os(format!("cannot start `{TESTPMD}`")))?;
+        let mut child = Running(Some(child));
+        let outcome = self.supervise(&mut child, &log, &command);
+        let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&prefix));
+        let text = log.read();
+        let status = outcome?;
+        let periods = parse_periods(&text);
+        let skip = 1 + self.warmup_periods;
+        let Some(ports) = steady_average(&periods, skip) else {
+            return Err(match status {
+                Some(s) if !s.success() => TestpmdError::Failed {
+                    command,
+                    status: s.to_string(),
+                    tail: tail(&text, TAIL_LINES),
+                },
+                _ => TestpmdError::NoStats {
+                    command,
+                    tail: tail(&text, TAIL_LINES),
+                },
+            });
+        };
+        Ok(TestpmdRun {
+            ports,
+            periods: periods.len().saturating_sub(skip),
+            command,
+        })
+    }
+
+    /// Wait until testpmd has printed the baseline block, the warm-up
+    /// blocks and `seconds` steady ones (it prints a block about every
+    /// second, sometimes every two), then stop it. Returns its exit
+    /// status, `None` if it had to be killed.
+    fn supervise(
+        &self,
+        child: &mut Running,
+        log: &LogFile,
+        command: &str,
+    ) -> Result<Option<ExitStatus>, TestpmdError> {
+        // One more header than needed: the last needed block is complete
+        // once the next one starts.
+        let wanted = 1 + self.warmup_periods + self.seconds as usize + 1;
+        let limit = STARTUP_LIMIT + Duration::from_secs(3 * wanted as u64);
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                // Ended by itself: the caller shows its output.
+                return Ok(Some(status));
+            }
+            if log.read().matches(STATS_HEADER).count() >= wanted {
+                break;
+            }
+            if started.elapsed() > limit {
+                child.kill();
+                return Err(TestpmdError::Failed {
+                    command: command.into(),
+                    status: format!("fewer than {wanted} statistics blocks within {limit:?}"),
+                    tail: tail(&log.read(), TAIL_LINES),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.interrupt()?;
+        let deadline = Instant::now() + EXIT_GRACE;
+        while Instant::now() < deadline {
+            if let Some(status) = child.try_wait()? {
+                return Ok(Some(status));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        tracing::warn!("{TESTPMD} did not exit within {EXIT_GRACE:?} of SIGINT; killing it");
+        child.kill();
+        Ok(None)
+    }
+}
+
+/// The testpmd process, killed and reaped if still running on drop.
+struct Running(Option<Child>);
+
+impl Running {
+    fn try_wait(&mut self) -> Result<Option<ExitStatus>, TestpmdError> {
+        match &mut self.0 {
+            Some(c) => c.try_wait().map_err(os("waiting for testpmd")),
+            None => Ok(None),
+        }
+    }
+
+    /// SIGINT: testpmd stops forwarding, prints its totals and exits.
+    fn interrupt(&mut self) -> Result<(), TestpmdError> {
+        let Some(c) = &self.0 else { return Ok(()) };
+        let status = Command::new("kill")
+            .args(["-s", "INT", &c.id().to_string()])
+            .status()
+            .map_err(os("cannot run `kill` to stop testpmd"))?;
+        if !status.success() {
+            tracing::warn!("`kill -s INT {}` failed: {status}", c.id());
+        }
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// testpmd's output, in a file (a pipe could fill up and stall it).
+struct LogFile(PathBuf);
+
+impl LogFile {
+    fn new(prefix: &str) -> Result<LogFile, TestpmdError> {
+        let path = std::env::temp_dir().join(format!("{prefix}.log"));
+        File::create(&path).map_err(os(format!("cannot create {}", path.display())))?;
+        Ok(LogFile(path))
+    }
+
+    fn writer(&self) -> Result<File, TestpmdError> {
+        File::options()
+            .append(true)
+            .open(&self.0)
+            .map_err(os(format!("cannot open {}", self.0.display())))
+    }
+
+    fn read(&self) -> String {
+        std::fs::read(&self.0)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn unique_prefix() -> String {
+    static RUN: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "nfkit-tp-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Whether an executable named `prog` is on the PATH.
+pub fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+/// The last `n` lines of `text`, without terminal control sequences.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| l.replace("\x1b[2J", "").replace("\x1b[1;1H", ""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ---------------------------------------------------------------------
+// Hugepages and hugetlbfs.
+
+/// What DPDK's EAL needs from the system, restored on drop: free
+/// hugepages (the pool shrinks back to its previous size) and a mounted
+/// hugetlbfs (unmounted only if this guard mounted it).
+pub struct DpdkEnv {
+    _pages: Reservation,
+    mounted: Option<PathBuf>,
+}
+
+/// Where hugetlbfs is mounted when nothing else has mounted it.
+const HUGETLBFS_DIR: &str = "/dev/hugepages";
+
+impl DpdkEnv {
+    pub fn prepare() -> Result<DpdkEnv, TestpmdError> {
+        let pages = Hugepages::system().reserve_free(HUGEPAGES)?;
+        let mounted = if hugetlbfs_mounted() {
+            None
+        } else {
+            mount_hugetlbfs(Path::new(HUGETLBFS_DIR))?;
+            Some(PathBuf::from(HUGETLBFS_DIR))
+        };
+        Ok(DpdkEnv {
+            _pages: pages,
+            mounted,
+        })
+    }
+}
+
+impl Drop for DpdkEnv {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.mounted {
+            match Command::new("umount").arg(dir).status() {
+                Ok(s) if s.success() => {}
+                other => tracing::warn!("could not unmount {}: {other:?}", dir.display()),
+            }
+        }
+    }
+}
+
+fn hugetlbfs_mounted() -> bool {
+    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+    })
+}
+
+fn mount_hugetlbfs(dir: &Path) -> Result<(), TestpmdError> {
+    std::fs::create_dir_all(dir).map_err(os(format!("cannot create {}", dir.display())))?;
+    let out = Command::new("mount")
+        .args(["-t", "hugetlbfs", "nodev"])
+        .arg(dir)
+        .output()
+        .map_err(os("cannot run `mount`"))?;
+    if !out.status.success() {
+        return Err(TestpmdError::Os {
+            what: format!(
+                "`mount -t hugetlbfs nodev {}` failed: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            source: std::io::Error::other("mount failed"),
+        });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------
+// Parsing testpmd's statistics.
+
+/// The line that starts each statistics block.
+const STATS_HEADER: &str = "Port statistics ====";
+
+/// One statistics block: each port's rates since the previous block.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Period {
+    /// `(port, Rx-pps, Tx-pps)` in the order printed.
+    pub ports: Vec<(usize, u64, u64)>,
+}
+
+/// The statistics blocks in testpmd's output, in order. A block cut off
+/// by the end of the output keeps the ports that were complete.
+pub fn parse_periods(text: &str) -> Vec<Period> {
+    let mut periods: Vec<Period> = Vec::new();
+    let mut port: Option<usize> = None;
+    let mut rx: Option<u64> = None;
+    for line in text.lines() {
+        if line.contains(STATS_HEADER) {
+            periods.push(Period::default());
+            port = None;
+            continue;
+        }
+        if let Some(rest) = line.split("NIC statistics for port").nth(1) {
+            port = rest.split_whitespace().next().and_then(|n| n.parse().ok());
+            rx = None;
+            continue;
+        }
+        let (Some(p), Some(period)) = (port, periods.last_mut()) else {
+            continue;
+        };
+        if let Some(v) = field(line, "Rx-pps:") {
+            rx = Some(v);
+        } else if let Some(v) = field(line, "Tx-pps:") {
+            if let Some(r) = rx.take() {
+                period.ports.push((p, r, v));
+            }
+        }
+    }
+    periods
+}
+
+/// The number after `key` on a line like `  Rx-pps:   123   Rx-bps: 0`.
+fn field(line: &str, key: &str) -> Option<u64> {
+    line.split(key)
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Per-port mean rates over the blocks after the first `skip`, counting
+/// only complete blocks (as many ports as the first block). `None` if no
+/// block is left.
+pub fn steady_average(periods: &[Period], skip: usize) -> Option<Vec<PortRate>> {
+    let nports = periods.first()?.ports.len();
+    let steady: Vec<&Period> = periods
+        .iter()
+        .skip(skip)
+        .filter(|p| p.ports.len() == nports && nports > 0)
+        .collect();
+    if steady.is_empty() {
+        return None;
+    }
+    let rates = (0..nports)
+        .map(|i| PortRate {
+            port: steady[0].ports[i].0,
+            rx_pps: mean(steady.iter().map(|p| p.ports[i].1 as f64)),
+            tx_pps: mean(steady.iter().map(|p| p.ports[i].2 as f64)),
+        })
+        .collect();
+    Some(rates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Captured from `dpdk-testpmd ... --vdev net_null0 --vdev net_null1
+    /// -- --forward-mode=io --auto-start --stats-period 1` (DPDK 22.11),
+    /// shortened to its statistics and the totals at SIGINT.
+    const SAMPLE: &str = "\
+Logical Core 1 (socket 0) forwards packets on 2 streams:
+  RX P=0/Q=0 (socket 0) -> TX P=1/Q=0 (socket 0) peer=02:00:00:00:00:01
+\x1b[2J\x1b[1;1H
+Port statistics ====================================
+  ######################## NIC statistics for port 0  ########################
+  RX-packets: 622720     RX-missed: 0          RX-bytes:  0
+  RX-errors: 0
+  RX-nombuf:  0         
+  TX-packets: 1152       TX-errors: 0          TX-bytes:  0
+
+  Throughput (since last show)
+  Rx-pps:            0          Rx-bps:            0
+  Tx-pps:            0          Tx-bps:            0
+  ############################################################################
+
+  ######################## NIC statistics for port 1  ########################
+  RX-packets: 658336     RX-missed: 0          RX-bytes:  0
+  RX-errors: 0
+  RX-nombuf:  0         
+  TX-packets: 1440       TX-errors: 0          TX-bytes:  0
+
+  Throughput (since last show)
+  Rx-pps:            0          Rx-bps:            0
+  Tx-pps:            0          Tx-bps:            0
+  ############################################################################
+\x1b[2J\x1b[1;1H
+Port statistics ====================================
+  ######################## NIC statistics for port 0  ########################
+  RX-packets: 80394304   RX-missed: 0          RX-bytes:  0
+  RX-errors: 0
+  RX-nombuf:  0         
+  TX-packets: 79772704   TX-errors: 0          TX-bytes:  0
+
+  Throughput (since last show)
+  Rx-pps:     39876556          Rx-bps:            0
+  Tx-pps:     39876540          Tx-bps:            0
+  ############################################################################
+
+  ######################## NIC statistics for port 1  ########################
+  RX-packets: 80429600   RX-missed: 0          RX-bytes:  0
+  RX-errors: 0
+  RX-nombuf:  0         
+  TX-packets: 79772736   TX-errors: 0          TX-bytes:  0
+
+  Throughput (since last show)
+  Rx-pps:     39876380          Rx-bps:            0
+  Tx-pps:     39876396          Tx-bps:            0
+  ############################################################################
+\x1b[2J\x1b[1;1H
+Port statistics ====================================
+  ######################## NIC statistics for port 0  ########################
+  Throughput (since last show)
+  Rx-pps:     40123444          Rx-bps:            0
+  Tx-pps:     40123460          Tx-bps:            0
+  ######################## NIC statistics for port 1  ########################
+  Throughput (since last show)
+  Rx-pps:     40123620          Rx-bps:            0
+  Tx-pps:     40123604          Tx-bps:            0
+Telling cores to stop...
+Waiting for lcores to finish...
+
+  ---------------------- Forward statistics for port 0  ----------------------
+  RX-packets: 177422784      RX-dropped: 0             RX-total: 177422784
+  TX-packets: 177422784      TX-dropped: 0             TX-total: 177422784
+  ----------------------------------------------------------------------------
+Bye...
+";
+
+    #[test]
+    fn parses_every_block_and_port() {
+        let p = parse_periods(SAMPLE);
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[0].ports, vec![(0, 0, 0), (1, 0, 0)]);
+        assert_eq!(
+            p[1].ports,
+            vec![(0, 39876556, 39876540), (1, 39876380, 39876396)]
+        );
+        assert_eq!(p[2].ports[1], (1, 40123620, 40123604));
+    }
+
+    #[test]
+    fn the_baseline_block_is_left_out_of_the_average() {
+        let rates = steady_average(&parse_periods(SAMPLE), 1).unwrap();
+        assert_eq!(rates.len(), 2);
+        assert_eq!(rates[0].port, 0);
+        assert_eq!(rates[0].rx_pps, (39876556.0 + 40123444.0) / 2.0);
+        assert_eq!(rates[1].tx_pps, (39876396.0 + 40123604.0) / 2.0);
+        let run = TestpmdRun {
+            ports: rates,
+            periods: 2,
+            command: String::new(),
+        };
+        assert!((run.mean_rx_pps() - 40_000_000.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn a_cut_off_block_and_no_blocks_are_handled() {
+        let cut = SAMPLE
+            .split("Tx-pps:     40123460")
+            .next()
+            .unwrap()
+            .to_string();
+        let p = parse_periods(&cut);
+        assert_eq!(p.len(), 3);
+        assert!(p[2].ports.is_empty());
+        // The incomplete last block is not averaged.
+        let rates = steady_average(&p, 1).unwrap();
+        assert_eq!(rates[0].rx_pps, 39876556.0);
+        assert!(steady_average(&parse_periods("EAL: error\n"), 1).is_none());
+        assert!(steady_average(&p[..1], 1).is_none());
+    }
+
+    #[test]
+    fn the_command_line_has_the_isolation_flags() {
+        let t = Testpmd::new(["net_null0", "net_null1"], 2)
+            .tx_first(true)
+            .burst(Some(64));
+        let a = t.args("nfkit-tp-1-0").join(" ");
+        for want in [
+            "-l 0-1",
+            "--no-pci",
+            "--file-prefix nfkit-tp-1-0",
+            "--vdev net_null0 --vdev net_null1 --",
+            "--forward-mode=io",
+            "--auto-start",
+            "--stats-period 1",
+            "--nb-cores=1",
+            "--burst=64",
+            "--tx-first",
+        ] {
+            assert!(a.contains(want), "`{want}` missing from `{a}`");
+        }
+    }
+
+    #[test]
+    fn the_tail_drops_screen_clears() {
+        assert_eq!(tail("a\nb\n\x1b[2J\x1b[1;1Hc\n", 2), "b\nc");
+    }
+}
