@@ -1,5 +1,6 @@
 //! Opening a port from its spec, and the registry the CLI extends with
-//! the hardware backends (`sim:`, `pci:`) that live in other crates.
+//! the backends that live in other crates: the 82599 (`sim:`, `pci:`)
+//! and VirtIO (`pci:`, `vhost-user:`, `virtio-user:`).
 
 use crate::spec::PortSpec;
 use crate::{afpacket, afxdp, null, pcap, tap, Mempool, Port, PortError};
@@ -35,9 +36,9 @@ pub fn software_pool(name: &str, count: usize) -> Result<Mempool, PortError> {
     })
 }
 
-/// Open one of the software backends. `sim:` and `pci:` give a
-/// `PortError::Config`: open those through a [`Registry`] that has an
-/// [`Opener`] for them.
+/// Open one of the software backends. `sim:`, `pci:`, `vhost-user:` and
+/// `virtio-user:` give a `PortError::Config`: open those through a
+/// [`Registry`] that has an [`Opener`] for them.
 pub fn open(spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortError> {
     let name = spec.to_string();
     Ok(match spec {
@@ -51,6 +52,14 @@ pub fn open(spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortEr
                 &name,
                 "82599 ports (sim:, pci:) are not supported here: open them through a \
                  Registry with the ixgbe opener (the `nfkit` command does this)",
+            ))
+        }
+        PortSpec::VhostUser(_) | PortSpec::VirtioUser(_) => {
+            return Err(PortError::config(
+                &name,
+                "vhost-user ports (vhost-user:, virtio-user:) are not supported here: open \
+                 them through a Registry with nfkit_virtio::opener() (the `nfkit` command \
+                 does this)",
             ))
         }
     })
@@ -123,6 +132,12 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("not supported here"), "{e}");
+        for s in ["vhost-user:/tmp/x.sock", "virtio-user:/tmp/x.sock"] {
+            let e = open(&s.parse().unwrap(), &OpenOptions::default())
+                .err()
+                .unwrap();
+            assert!(e.to_string().contains("nfkit_virtio::opener"), "{e}");
+        }
         let reg = Registry::new().with(|spec: &PortSpec, opts: &OpenOptions| match spec {
             PortSpec::Sim(_) => Some(open(&"null:".parse().unwrap(), opts)),
             _ => None,

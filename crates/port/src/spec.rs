@@ -11,7 +11,9 @@
 //! | `tap:NAME` | a kernel TAP interface NAME created by nfkit |
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
 //! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
-//! | `pci:ADDR` | an 82599 at PCI address ADDR (opened by the CLI's registry) |
+//! | `pci:ADDR` | an 82599 or a VirtIO-net device at PCI address ADDR (opened by the CLI's registry) |
+//! | `vhost-user:PATH[,queues=N]` | nfkit serves vhost-user on socket PATH: VMs and virtio-user frontends plug in (CLI registry) |
+//! | `virtio-user:PATH[,queues=N]` | nfkit drives a vhost-user backend listening on PATH (CLI registry) |
 //!
 //! `loop=0` replays forever; `timing=file` keeps the capture's
 //! inter-packet gaps, `timing=fast` (default) replays as fast as the
@@ -32,8 +34,20 @@ pub enum PortSpec {
     AfXdp(AfXdpSpec),
     /// A simulated 82599, by index.
     Sim(usize),
-    /// An 82599 at a PCI address.
+    /// An 82599 or VirtIO-net device at a PCI address.
     Pci(PciAddress),
+    /// A vhost-user socket nfkit listens on, as the device (backend).
+    VhostUser(VhostSpec),
+    /// A vhost-user socket nfkit connects to, as the driver (frontend).
+    VirtioUser(VhostSpec),
+}
+
+/// A vhost-user socket and the queue pairs to use on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VhostSpec {
+    pub path: PathBuf,
+    /// Queue pairs (VIRTIO_NET_F_MQ when more than one).
+    pub queues: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -101,7 +115,7 @@ pub struct SpecError {
     pub msg: String,
 }
 
-const KINDS: &str = "null:, pcap:FILE, pcap-out:FILE, afpacket:IFACE, tap:NAME, afxdp:IFACE[:QUEUE], sim:N, pci:ADDR";
+const KINDS: &str = "null:, pcap:FILE, pcap-out:FILE, afpacket:IFACE, tap:NAME, afxdp:IFACE[:QUEUE], sim:N, pci:ADDR, vhost-user:PATH, virtio-user:PATH";
 /// Linux limit on interface names (IFNAMSIZ - 1).
 const MAX_IFNAME: usize = 15;
 
@@ -126,6 +140,8 @@ impl FromStr for PortSpec {
             "afxdp" => parse_afxdp(main, opts),
             "sim" => parse_sim(main, opts),
             "pci" => parse_pci(main, opts),
+            "vhost-user" => parse_vhost(main, opts).map(PortSpec::VhostUser),
+            "virtio-user" => parse_vhost(main, opts).map(PortSpec::VirtioUser),
             other => Err(format!(
                 "unknown port kind `{other}`; expected one of {KINDS}"
             )),
@@ -322,6 +338,18 @@ fn parse_pci(main: &str, o: Options) -> Result<PortSpec, String> {
     Ok(PortSpec::Pci(addr))
 }
 
+fn parse_vhost(main: &str, mut o: Options) -> Result<VhostSpec, String> {
+    if main.is_empty() {
+        return Err("missing socket path; use vhost-user:/run/vm0.sock".into());
+    }
+    let queues = take_queues(&mut o)?;
+    o.finish("queues=N")?;
+    Ok(VhostSpec {
+        path: PathBuf::from(main),
+        queues,
+    })
+}
+
 impl fmt::Display for PortSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -366,8 +394,18 @@ impl fmt::Display for PortSpec {
             }
             PortSpec::Sim(n) => write!(f, "sim:{n}"),
             PortSpec::Pci(a) => write!(f, "pci:{a}"),
+            PortSpec::VhostUser(v) => write_vhost(f, "vhost-user", v),
+            PortSpec::VirtioUser(v) => write_vhost(f, "virtio-user", v),
         }
     }
+}
+
+fn write_vhost(f: &mut fmt::Formatter<'_>, kind: &str, v: &VhostSpec) -> fmt::Result {
+    write!(f, "{kind}:{}", v.path.display())?;
+    if v.queues != 1 {
+        write!(f, ",queues={}", v.queues)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -396,6 +434,10 @@ mod tests {
             "afxdp:eth1:0,queues=2,mode=copy",
             "sim:1",
             "pci:0000:03:00.0",
+            "vhost-user:/tmp/vm0.sock",
+            "vhost-user:/tmp/vm0.sock,queues=2",
+            "virtio-user:/run/dpdk.sock",
+            "virtio-user:rel.sock,queues=4",
         ] {
             assert_eq!(p(s).to_string(), s, "{s}");
             assert_eq!(p(&p(s).to_string()), p(s));
@@ -436,5 +478,9 @@ mod tests {
         assert!(bad("pci:zz").contains("not a PCI address"));
         assert!(bad("tap:a,b=c").contains("no options"));
         assert!(bad("tap:a/b").contains("not a valid"));
+        assert!(bad("vhost-user:").contains("missing socket path"));
+        assert!(bad("virtio-user:,queues=2").contains("missing socket path"));
+        assert!(bad("vhost-user:/x,queues=0").contains("between 1 and 64"));
+        assert!(bad("virtio-user:/x,mode=zc").contains("this port takes queues=N"));
     }
 }

@@ -119,10 +119,18 @@ pub fn is_virtio_net(addr: PciAddress) -> bool {
 }
 
 /// A registry opener: takes `pci:ADDR` when ADDR is a VirtIO-net device
-/// and passes every other spec on.
+/// (one queue pair), `vhost-user:PATH` and `virtio-user:PATH`, and passes
+/// every other spec (an 82599's `pci:ADDR` among them) on.
 pub fn opener() -> impl Opener {
     |spec: &PortSpec, opts: &OpenOptions| match spec {
         PortSpec::Pci(addr) if is_virtio_net(*addr) => Some(open_pci(*addr, 1, opts)),
+        PortSpec::VhostUser(v) => Some(open_vhost_user(&v.path, queue_pairs(v.queues), opts)),
+        PortSpec::VirtioUser(v) => Some(open_virtio_user(&v.path, queue_pairs(v.queues), opts)),
         _ => None,
     }
+}
+
+/// The spec parser bounds queues to 1..=64.
+fn queue_pairs(queues: usize) -> u16 {
+    u16::try_from(queues).unwrap_or(u16::MAX)
 }

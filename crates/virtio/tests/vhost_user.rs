@@ -172,3 +172,25 @@ fn memory_tables_and_rings_outside_the_shared_memory_are_refused() {
     assert!(fe.set_mem_table(&[region(4096, u64::MAX - 100)]).is_err());
     wait_for("the backend to drop the frontend", || !be.connected());
 }
+
+#[test]
+fn specs_open_through_a_registry_with_the_opener() {
+    use nfkit_port::{OpenOptions, Registry};
+    let reg = Registry::new().with(nfkit_virtio::opener());
+    let path = socket_path("registry");
+    let opts = OpenOptions {
+        pool_buffers: 1024,
+        ..OpenOptions::default()
+    };
+    let mut be = reg
+        .open_str(&format!("vhost-user:{},queues=2", path.display()), &opts)
+        .unwrap();
+    let mut fe = reg
+        .open_str(&format!("virtio-user:{},queues=2", path.display()), &opts)
+        .unwrap();
+    assert_eq!((be.rx_queues(), fe.tx_queues()), (2, 2));
+    assert!(fe.name().starts_with("virtio-user:"));
+    exchange(&mut *fe, &mut *be, 1, 64);
+    // Specs this opener does not know pass on to the software backends.
+    assert_eq!(reg.open_str("null:", &opts).unwrap().name(), "null:");
+}
