@@ -232,9 +232,15 @@ pub fn open_pci(addr: PciAddress, name: &str, queues: usize) -> Result<Box<dyn P
     Ok(Box::new(IxgbePort::new(name, dev, &*dma)?))
 }
 
-/// The port registry of the `nfkit` command: software ports plus `sim:`
-/// ports from `lab` and `pci:` ports.
+/// The port registry of the `nfkit` command: software ports, `sim:`
+/// ports from `lab`, `pci:` ports (VirtIO-net devices to the VirtIO
+/// driver, anything else to the 82599 driver), and vhost-user ports
+/// (`vhost-user:`, `virtio-user:`).
 pub fn registry(lab: Arc<SimLab>, queues: usize) -> Registry {
+    ixgbe_registry(lab, queues).with(nfkit_virtio::opener())
+}
+
+fn ixgbe_registry(lab: Arc<SimLab>, queues: usize) -> Registry {
     Registry::new().with(move |spec: &PortSpec, _opts: &OpenOptions| {
         let name = spec.to_string();
         let wrap = |r: Result<Box<dyn Port>>| {
@@ -251,4 +257,30 @@ pub fn registry(lab: Arc<SimLab>, queues: usize) -> Registry {
             _ => None,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_opens_vhost_user_pairs_and_passes_other_pci_devices_on() {
+        let reg = registry(SimLab::new(SimWire::Open, 1), 1);
+        let opts = OpenOptions {
+            pool_buffers: 1024,
+            ..OpenOptions::default()
+        };
+        let path = std::env::temp_dir().join(format!("nfkit-lab-{}.sock", std::process::id()));
+        let be = reg
+            .open_str(&format!("vhost-user:{}", path.display()), &opts)
+            .unwrap();
+        let fe = reg
+            .open_str(&format!("virtio-user:{}", path.display()), &opts)
+            .unwrap();
+        assert_eq!(be.name(), format!("vhost-user:{}", path.display()));
+        assert_eq!(fe.tx_queues(), 1);
+        // No such device: not VirtIO, so the 82599 opener reports it.
+        let e = reg.open_str("pci:0000:fe:1f.7", &opts).err().unwrap();
+        assert!(!e.to_string().contains("VirtIO"), "{e}");
+    }
 }

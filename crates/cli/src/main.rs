@@ -37,7 +37,8 @@ enum Cmd {
     /// Forward between two ports in both directions, touching each packet.
     Fwd {
         /// Two port specs: sim:N, pci:ADDR, afxdp:IFACE[:Q], afpacket:IFACE,
-        /// tap:NAME, pcap:FILE[,timing=file][,loop=N], pcap-out:FILE, null:.
+        /// tap:NAME, pcap:FILE[,timing=file][,loop=N], pcap-out:FILE, null:,
+        /// vhost-user:PATH[,queues=N], virtio-user:PATH[,queues=N].
         #[arg(num_args = 2, required = true)]
         ports: Vec<String>,
         #[arg(long, value_enum, default_value_t = Model::Queue)]
