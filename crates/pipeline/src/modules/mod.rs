@@ -24,6 +24,7 @@
 //! | `Measure` | 1/1 | `offset=N` (else the `timestamp` attribute) | latency histogram (hdrhistogram): count, min, mean, p50, p99, p999, max |
 //! | `Dump` | 1/1 | `limit=16`, `snap=64`, `file=PATH` (else stderr) | print the first packets in hex |
 //! | `PcapCapture` | 1/1 | `file=PATH` | write packets to a pcap file |
+//! | `NF` | n/n | `name=nat\|bridge\|lb\|policer\|firewall\|router`, the NF's options (`ext_ip="..."`) | an `nfkit-nf` network function; gate k = NF port k |
 //!
 //! Every packet a module receives leaves by an output gate, is consumed
 //! (sent, sunk), is held (a queue), or is counted as dropped.
@@ -34,6 +35,7 @@ mod hash_lb;
 mod macswap;
 mod measure;
 mod merge;
+mod nf;
 mod pcap_capture;
 mod port_inc;
 mod port_out;
@@ -54,6 +56,7 @@ pub use hash_lb::{HashFields, HashLb};
 pub use macswap::MacSwap;
 pub use measure::Measure;
 pub use merge::Merge;
+pub use nf::NfModule;
 pub use pcap_capture::PcapCapture;
 pub use port_inc::PortInc;
 pub use port_out::PortOut;
@@ -130,6 +133,7 @@ impl Default for Registry {
         r.register("Measure", measure::build);
         r.register("Dump", dump::build);
         r.register("PcapCapture", pcap_capture::build);
+        r.register("NF", nf::build);
         r
     }
 }
