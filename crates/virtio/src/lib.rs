@@ -22,7 +22,9 @@
 //! headroom (`net.rs`, `TxQueue::send`) → [`Virtqueue::add`] writes the
 //! descriptor and the available-ring slot → [`Virtqueue::publish`]
 //! writes `avail.idx` and says whether to notify → [`Notify::notify`]
-//! (I/O port, register window, or eventfd).
+//! (I/O port, a 16-bit store into the mapped notify BAR, the
+//! configuration-space window when the BAR cannot be mapped, or an
+//! eventfd).
 //!
 //! ## Ports
 //!
@@ -47,7 +49,7 @@ pub mod virtqueue;
 pub use error::VirtioError;
 pub use net::{NetDevice, Notify};
 pub use open::{open_pci, open_vhost_user, open_virtio_user, opener};
-pub use pci::modern::{IoBars, PciCfgAccess, RegisterSpace};
+pub use pci::modern::{IoBars, MappedBars, PciCfgAccess, RegisterSpace};
 pub use pci::{LegacyTransport, ModernTransport, NetConfig, PciNet, PciTransport};
 pub use shm::MemfdArena;
 pub use virtqueue::{LayoutKind, QueueError, RingLayout, Segment, Used, UsedError, Virtqueue};

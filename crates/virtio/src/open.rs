@@ -15,7 +15,7 @@ use crate::spec::net as spec;
 use crate::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
 use nfkit_hw::linux::{HugepageDma, LinuxPci, SysfsDevice};
 use nfkit_hw::vfio::VfioContainer;
-use nfkit_hw::{PciAddress, SystemClock};
+use nfkit_hw::{DmaAllocator, PciAddress, PciFunction, SystemClock};
 use nfkit_port::{OpenOptions, Opener, Port, PortError, PortSpec};
 use std::path::Path;
 use std::sync::Arc;
@@ -47,10 +47,7 @@ pub fn open_pci(
         let dev = container.device(addr).map_err(|e| err(e.into()))?;
         check_device(&dev).map_err(&err)?;
         dev.enable_bus_master().map_err(|e| err(e.into()))?;
-        let t = ModernTransport::over_config_space(dev).map_err(&err)?;
-        return Ok(Box::new(
-            PciNet::init(t, &container, clock, &cfg).map_err(&err)?,
-        ));
+        return init_modern(dev, &container, clock, &cfg).map_err(&err);
     }
     let pci = LinuxPci::open(addr).map_err(|e| err(e.into()))?;
     check_device(&pci).map_err(&err)?;
@@ -64,8 +61,29 @@ pub fn open_pci(
         let t = LegacyTransport::new(bar0);
         Ok(Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?))
     } else {
-        let t = ModernTransport::over_config_space(pci).map_err(&err)?;
-        Ok(Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?))
+        init_modern(pci, &dma, clock, &cfg).map_err(&err)
+    }
+}
+
+/// A modern device: registers through the mapped BARs (one load or store
+/// each), or through the configuration-space window (§4.1.4.9) when a BAR
+/// cannot be mapped.
+fn init_modern<P: PciFunction + 'static>(
+    pci: P,
+    dma: &dyn DmaAllocator,
+    clock: Arc<SystemClock>,
+    cfg: &NetConfig,
+) -> Result<Box<dyn Port>, VirtioError> {
+    match ModernTransport::over_mapped_bars(pci) {
+        Ok(t) => {
+            tracing::debug!(port = %cfg.name, "modern registers through mapped BARs");
+            Ok(Box::new(PciNet::init(t, dma, clock, cfg)?))
+        }
+        Err((why, pci)) => {
+            tracing::info!(port = %cfg.name, "cannot map the register BARs ({why}): using the configuration-space window");
+            let t = ModernTransport::over_config_space(pci)?;
+            Ok(Box::new(PciNet::init(t, dma, clock, cfg)?))
+        }
     }
 }
 

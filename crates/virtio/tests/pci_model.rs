@@ -13,7 +13,8 @@ use nfkit_virtio::spec::{feature, net as spec, status};
 use nfkit_virtio::vhost_user::device::{pop_tx, push_rx, Moved};
 use nfkit_virtio::vhost_user::memory::{FrontendMemory, RegionDesc};
 use nfkit_virtio::{
-    IoBars, LegacyTransport, MemfdArena, ModernTransport, NetConfig, PciNet, VirtioError,
+    IoBars, LegacyTransport, MappedBars, MemfdArena, ModernTransport, NetConfig, PciNet,
+    VirtioError,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -365,24 +366,45 @@ impl IoBar for ModernBar {
     }
 }
 
-/// A PCI function with a configuration space given as bytes.
+/// A PCI function with a configuration space given as bytes, and BAR 4
+/// mappable when a model sits behind it.
 struct FakePci {
     cfg: Mutex<[u8; 256]>,
+    bar4: Option<Arc<Model>>,
 }
 
-struct NoBar;
-impl Bar for NoBar {
-    fn read32(&self, _: usize) -> u32 {
-        u32::MAX
+/// BAR 4 as a memory mapping: every access at its own width goes to the
+/// model (which asserts widths by answering only the right one).
+struct MappedModel(Arc<Model>);
+
+const BAR4_LEN: usize = 0x4000;
+
+impl Bar for MappedModel {
+    fn read32(&self, off: usize) -> u32 {
+        ModernBar(self.0.clone()).read32(off as u64).unwrap()
     }
-    fn write32(&self, _: usize, _: u32) {}
+    fn write32(&self, off: usize, v: u32) {
+        ModernBar(self.0.clone()).write32(off as u64, v).unwrap()
+    }
     fn len(&self) -> usize {
-        0
+        BAR4_LEN
+    }
+    fn read16(&self, off: usize) -> u16 {
+        ModernBar(self.0.clone()).read16(off as u64).unwrap()
+    }
+    fn write16(&self, off: usize, v: u16) {
+        ModernBar(self.0.clone()).write16(off as u64, v).unwrap()
+    }
+    fn read8(&self, off: usize) -> u8 {
+        ModernBar(self.0.clone()).read8(off as u64).unwrap()
+    }
+    fn write8(&self, off: usize, v: u8) {
+        ModernBar(self.0.clone()).write8(off as u64, v).unwrap()
     }
 }
 
 impl PciFunction for FakePci {
-    type Bar = NoBar;
+    type Bar = MappedModel;
     fn address(&self) -> PciAddress {
         "0000:00:04.0".parse().unwrap()
     }
@@ -400,8 +422,11 @@ impl PciFunction for FakePci {
         self.cfg.lock()[o..o + bytes.len()].copy_from_slice(bytes);
         Ok(())
     }
-    fn map_bar(&self, _: u8) -> Result<NoBar, HwError> {
-        Err(HwError::Unsupported("no memory BARs here".into()))
+    fn map_bar(&self, bar: u8) -> Result<MappedModel, HwError> {
+        match (&self.bar4, bar) {
+            (Some(m), 4) => Ok(MappedModel(m.clone())),
+            _ => Err(HwError::Unsupported(format!("BAR {bar} cannot be mapped"))),
+        }
     }
 }
 
@@ -432,7 +457,10 @@ impl FakePci {
             }
             c[0x54 + 16..0x54 + 20].copy_from_slice(&4u32.to_le_bytes()); // notify_off_multiplier
         }
-        FakePci { cfg: Mutex::new(c) }
+        FakePci {
+            cfg: Mutex::new(c),
+            bar4: None,
+        }
     }
 }
 
@@ -600,4 +628,38 @@ fn device_errors_are_typed() {
         ModernTransport::open(&bare, no_bars),
         Err(VirtioError::Capability(_))
     ));
+}
+
+#[test]
+fn modern_device_through_mapped_bars_and_the_fallback() {
+    let arena = MemfdArena::new("mapped-model", 32 << 20).unwrap();
+    let model = Model::new(&arena, MODERN_OFFER, 2, Faults::default());
+    let mut pci = FakePci::new(spec::PCI_VENDOR_ID, spec::PCI_DEVICE_ID_MODERN, true);
+    pci.bar4 = Some(model.clone());
+    let t: ModernTransport<MappedBars<FakePci>> = ModernTransport::over_mapped_bars(pci)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let mut net = PciNet::init(t, &arena, Arc::new(SystemClock::default()), &config(2)).unwrap();
+    assert_eq!(net.mac(), MAC);
+    for _ in 0..5 {
+        loopback(&mut net, 0, 40);
+        loopback(&mut net, 1, 20);
+    }
+    assert_eq!(net.stats().rx_packets, 300);
+    drop(net);
+    assert_eq!(model.state.lock().status, 0, "reset on close");
+
+    // A BAR that cannot be mapped hands the function back for the
+    // configuration-space window.
+    let pci = FakePci::new(spec::PCI_VENDOR_ID, spec::PCI_DEVICE_ID_MODERN, true);
+    let (e, pci) = ModernTransport::over_mapped_bars(pci).err().unwrap();
+    assert!(e.to_string().contains("BAR 4"), "{e}");
+    assert_eq!(pci.address().to_string(), "0000:00:04.0");
+    // A register structure past the end of its BAR is refused at open.
+    let mut pci = FakePci::new(spec::PCI_VENDOR_ID, spec::PCI_DEVICE_ID_MODERN, true);
+    pci.config_write(0x68 + 8, &0x3f80u32.to_le_bytes())
+        .unwrap();
+    pci.bar4 = Some(model);
+    let (e, _) = ModernTransport::over_mapped_bars(pci).err().unwrap();
+    assert!(matches!(e, VirtioError::Capability(_)), "{e}");
 }

@@ -5,20 +5,26 @@
 //! device configuration (§4.1.4.6).
 //!
 //! §4.1.3.1 requires each field to be accessed at its natural width (8,
-//! 16 or 32 bits). `nfkit_hw::Bar` has only 32-bit accesses, which cannot
-//! reach e.g. `queue_select` at offset 0x16, so the registers are reached
-//! through a [`RegisterSpace`]: either the device's own
-//! `VIRTIO_PCI_CAP_PCI_CFG` window in configuration space
-//! ([`PciCfgAccess`], §4.1.4.9; works under uio and VFIO alike, a few
-//! configuration-space accesses per register), or [`IoBar`]s with all
-//! three widths (a VFIO region file, a test double).
+//! 16 or 32 bits), so the registers are reached through a
+//! [`RegisterSpace`] that keeps widths:
+//!
+//! - [`MappedBars`]: the BARs mapped into our address space (the uio
+//!   `resourceN` file, a VFIO region), one load or store per access with
+//!   `nfkit_hw::Bar::{read,write}{8,16,32}`. The fast path: a queue
+//!   notification is a single 16-bit store.
+//! - [`PciCfgAccess`]: the device's own `VIRTIO_PCI_CAP_PCI_CFG` window in
+//!   configuration space (§4.1.4.9), the fallback when a BAR cannot be
+//!   mapped; a few configuration-space accesses (system calls) per
+//!   register.
+//! - [`IoBars`]: [`IoBar`]s with all three widths (a region file, a test
+//!   double).
 
 use super::PciTransport;
 use crate::error::VirtioError;
 use crate::net::Notify;
 use crate::virtqueue::{LayoutKind, Virtqueue};
 use nfkit_hw::pci::config;
-use nfkit_hw::{HwError, IoBar, PciFunction};
+use nfkit_hw::{Bar, HwError, IoBar, PciFunction};
 
 /// §4.1.4 `cfg_type` values and `struct virtio_pci_cap` offsets.
 mod cap {
@@ -158,6 +164,92 @@ impl<R: IoBar> RegisterSpace for IoBars<R> {
     }
 }
 
+/// BAR registers through memory mappings of the BARs the register
+/// structures live in; owns the PCI function (closing a VFIO device fd
+/// would disable the device under our feet).
+pub struct MappedBars<P: PciFunction> {
+    pci: P,
+    bars: Vec<Option<P::Bar>>,
+}
+
+impl<P: PciFunction> std::fmt::Debug for MappedBars<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedBars")
+            .field("pci", &self.pci.address())
+            .finish()
+    }
+}
+
+impl<P: PciFunction> MappedBars<P> {
+    /// Map the BARs of `windows` and check that each window lies inside
+    /// its BAR (a `Bar` turns stray accesses into all-ones reads; we want
+    /// an error at open time instead).
+    fn map(pci: &P, windows: &[Window]) -> Result<Vec<Option<P::Bar>>, VirtioError> {
+        let mut bars: Vec<Option<P::Bar>> = (0..6).map(|_| None).collect();
+        for w in windows {
+            let slot = &mut bars[w.bar as usize];
+            if slot.is_none() {
+                *slot = Some(pci.map_bar(w.bar)?);
+            }
+            let len = slot.as_ref().map_or(0, |b| b.len()) as u64;
+            if w.offset + w.len as u64 > len {
+                return Err(VirtioError::Capability(
+                    "a register structure that fits its BAR",
+                ));
+            }
+        }
+        Ok(bars)
+    }
+
+    /// The PCI function.
+    pub fn pci(&self) -> &P {
+        &self.pci
+    }
+
+    fn bar(&self, bar: u8, offset: u64, width: usize) -> Result<(&P::Bar, usize), HwError> {
+        let b = self
+            .bars
+            .get(bar as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| HwError::Invalid(format!("BAR {bar} is not mapped")))?;
+        let at = usize::try_from(offset)
+            .ok()
+            .filter(|&o| o.is_multiple_of(width) && o + width <= b.len())
+            .ok_or_else(|| {
+                HwError::Invalid(format!("{width}-byte register at {offset:#x} of BAR {bar}"))
+            })?;
+        Ok((b, at))
+    }
+}
+
+impl<P: PciFunction> RegisterSpace for MappedBars<P> {
+    fn read(&self, bar: u8, offset: u64, buf: &mut [u8]) -> Result<(), HwError> {
+        let (b, at) = self.bar(bar, offset, buf.len())?;
+        match buf.len() {
+            1 => buf[0] = b.read8(at),
+            2 => buf.copy_from_slice(&b.read16(at).to_le_bytes()),
+            4 => buf.copy_from_slice(&b.read32(at).to_le_bytes()),
+            n => return Err(HwError::Invalid(format!("{n}-byte register access"))),
+        }
+        Ok(())
+    }
+    fn write(&self, bar: u8, offset: u64, data: &[u8]) -> Result<(), HwError> {
+        let (b, at) = self.bar(bar, offset, data.len())?;
+        match *data {
+            [v] => b.write8(at, v),
+            [x, y] => b.write16(at, u16::from_le_bytes([x, y])),
+            [w, x, y, z] => b.write32(at, u32::from_le_bytes([w, x, y, z])),
+            _ => {
+                return Err(HwError::Invalid(format!(
+                    "{}-byte register access",
+                    data.len()
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A register structure: a window of one BAR.
 #[derive(Debug, Clone, Copy)]
 struct Window {
@@ -182,15 +274,18 @@ impl<S: RegisterSpace> ModernTransport<S> {
     /// Find the register structures from the capabilities of `pci`; reach
     /// them through `regs`.
     pub fn open(pci: &impl PciFunction, regs: S) -> Result<Self, VirtioError> {
-        let caps = read_caps(pci)?;
-        Ok(ModernTransport {
+        Ok(Self::with_caps(regs, read_caps(pci)?))
+    }
+
+    fn with_caps(regs: S, caps: Caps) -> Self {
+        ModernTransport {
             regs,
             common: caps.common,
             notify: caps.notify,
             notify_multiplier: caps.notify_multiplier,
             device: caps.device,
             notify_at: Vec::new(),
-        })
+        }
     }
 
     /// The register space (e.g. to reach the PCI function).
@@ -241,14 +336,24 @@ impl<P: PciFunction> ModernTransport<PciCfgAccess<P>> {
     pub fn over_config_space(pci: P) -> Result<Self, VirtioError> {
         let regs = PciCfgAccess::new(pci)?;
         let caps = read_caps(regs.pci())?;
-        Ok(ModernTransport {
-            regs,
-            common: caps.common,
-            notify: caps.notify,
-            notify_multiplier: caps.notify_multiplier,
-            device: caps.device,
-            notify_at: Vec::new(),
-        })
+        Ok(Self::with_caps(regs, caps))
+    }
+}
+
+impl<P: PciFunction> ModernTransport<MappedBars<P>> {
+    /// Reach the registers through mappings of the BARs they live in
+    /// (uio `resourceN`, VFIO region mmap). Fails, handing `pci` back, if
+    /// a BAR cannot be mapped: use [`ModernTransport::over_config_space`]
+    /// then.
+    pub fn over_mapped_bars(pci: P) -> Result<Self, (VirtioError, P)> {
+        let caps = match read_caps(&pci) {
+            Ok(c) => c,
+            Err(e) => return Err((e, pci)),
+        };
+        match MappedBars::map(&pci, &[caps.common, caps.notify, caps.device]) {
+            Ok(bars) => Ok(Self::with_caps(MappedBars { pci, bars }, caps)),
+            Err(e) => Err((e, pci)),
+        }
     }
 }
 
