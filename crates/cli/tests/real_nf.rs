@@ -444,7 +444,8 @@ fn policer_limits_a_udp_stream() {
 struct BackendLan {
     uplink: nfkit_testkit::Veth,
     backends: Vec<(nfkit_testkit::Netns, nfkit_testkit::Veth, String)>,
-    switch: nfkit_testkit::Netns,
+    /// Holds the bridge; removed (with its veth ends) on drop.
+    _switch: nfkit_testkit::Netns,
 }
 
 impl BackendLan {
@@ -492,7 +493,7 @@ impl BackendLan {
         BackendLan {
             uplink,
             backends,
-            switch,
+            _switch: switch,
         }
     }
 }

@@ -119,7 +119,7 @@ impl Proc {
     }
 
     /// SIGINT (tcpdump then writes out its capture), then wait.
-    pub fn interrupt(mut self, timeout: Duration) -> String {
+    pub fn interrupt(self, timeout: Duration) -> String {
         if let Some(c) = &self.child {
             let _ = Command::new("kill")
                 .args(["-INT", &c.id().to_string()])
