@@ -128,10 +128,20 @@ impl TxQueue {
 
     /// §5.1.6.2: put a zeroed header in front of each packet and make it
     /// available. Returns (packets sent, whether to notify).
-    fn send(&mut self, hdr_len: usize, batch: &mut Batch, stats: &mut QueueStats) -> (usize, bool) {
+    fn send(
+        &mut self,
+        hdr_len: usize,
+        own: &OwnPool,
+        batch: &mut Batch,
+        stats: &mut QueueStats,
+    ) -> (usize, bool) {
         let n = batch.len().min(self.vq.free_descriptors());
         let mut sent = 0;
-        for mut pkt in batch.drain_front(n) {
+        for pkt in batch.drain_front(n) {
+            let Some(mut pkt) = own.adopt(pkt) else {
+                stats.tx_dropped += 1; // our pool is empty
+                continue;
+            };
             let len = pkt.len();
             match pkt.prepend(hdr_len) {
                 Ok(hdr) => hdr.fill(0),
@@ -159,6 +169,48 @@ impl TxQueue {
     }
 }
 
+/// This device's packet pool and where its buffers lie in our address
+/// space. Only its buffers have device addresses the device can use: a
+/// buffer from another port's pool (an AF_PACKET port's heap memory,
+/// another device's hugepages, a VFIO container's IOVAs) is copied into
+/// one of ours before it is transmitted.
+struct OwnPool {
+    pool: Mempool,
+    /// Virtual addresses of the pool's one contiguous region.
+    span: std::ops::Range<usize>,
+}
+
+impl OwnPool {
+    /// The pool's region is one allocation of `capacity` entries of
+    /// `buf_size` bytes; a fresh buffer's data starts `headroom` bytes
+    /// into entry `id`, which gives the region's start.
+    fn new(pool: Mempool) -> Result<Self, HwError> {
+        let probe = pool
+            .alloc()
+            .ok_or_else(|| HwError::Invalid(format!("pool `{}` is empty", pool.name())))?;
+        let entry = probe.data().as_ptr() as usize - probe.headroom();
+        let start = entry - probe.id() as usize * pool.buf_size();
+        let span = start..start + pool.capacity() * pool.buf_size();
+        drop(probe);
+        Ok(OwnPool { pool, span })
+    }
+
+    fn owns(&self, pkt: &PktBuf) -> bool {
+        self.span.contains(&(pkt.data().as_ptr() as usize))
+    }
+
+    /// `pkt` itself if it is ours, else a copy in one of our buffers
+    /// (`None` if we have none free); the original goes back to its pool.
+    fn adopt(&self, pkt: PktBuf) -> Option<PktBuf> {
+        if self.owns(&pkt) {
+            return Some(pkt);
+        }
+        let mut copy = self.pool.alloc()?;
+        copy.copy_from(pkt.data()).ok()?;
+        Some(copy)
+    }
+}
+
 /// A VirtIO network device with its queue pairs, over transport `N`.
 pub struct NetDevice<N: Notify> {
     name: String,
@@ -166,7 +218,7 @@ pub struct NetDevice<N: Notify> {
     notify: N,
     hdr_len: usize,
     features: u64,
-    pool: Mempool,
+    pool: OwnPool,
     rx: Vec<RxQueue>,
     tx: Vec<TxQueue>,
     stats: Vec<QueueStats>,
@@ -205,13 +257,13 @@ impl<N: Notify> NetDevice<N> {
             notify: p.notify,
             hdr_len: p.hdr_len,
             features: p.features,
-            pool: p.pool,
+            pool: OwnPool::new(p.pool)?,
             rx: p.rx,
             tx: p.tx,
             stats: vec![QueueStats::default(); pairs],
         };
         for q in 0..pairs {
-            if dev.rx[q].refill(&dev.pool, dev.hdr_len) {
+            if dev.rx[q].refill(&dev.pool.pool, dev.hdr_len) {
                 dev.notify.notify(dev.rx[q].index)?;
             }
         }
@@ -251,7 +303,7 @@ impl<N: Notify> Port for NetDevice<N> {
             return 0;
         };
         let got = rxq.receive(self.hdr_len, batch, stats);
-        if rxq.refill(&self.pool, self.hdr_len) && self.notify.notify(rxq.index).is_err() {
+        if rxq.refill(&self.pool.pool, self.hdr_len) && self.notify.notify(rxq.index).is_err() {
             stats.rx_errors += 1;
         }
         got
@@ -262,7 +314,7 @@ impl<N: Notify> Port for NetDevice<N> {
             return 0;
         };
         txq.reclaim(stats);
-        let (sent, kick) = txq.send(self.hdr_len, batch, stats);
+        let (sent, kick) = txq.send(self.hdr_len, &self.pool, batch, stats);
         if kick && self.notify.notify(txq.index).is_err() {
             stats.tx_errors += 1;
         }
@@ -285,6 +337,6 @@ impl<N: Notify> Port for NetDevice<N> {
     }
 
     fn pool(&self) -> &Mempool {
-        &self.pool
+        &self.pool.pool
     }
 }

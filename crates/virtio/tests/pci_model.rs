@@ -663,3 +663,25 @@ fn modern_device_through_mapped_bars_and_the_fallback() {
     let (e, _) = ModernTransport::over_mapped_bars(pci).err().unwrap();
     assert!(matches!(e, VirtioError::Capability(_)), "{e}");
 }
+
+#[test]
+fn buffers_of_other_pools_are_copied_into_the_devices_own() {
+    let (_arena, _model, net) = modern(1, 1, Faults::default());
+    let mut net = net.unwrap();
+    // A software port's pool: addresses the device cannot reach.
+    let dma = nfkit_hw::sim::SimDma::new();
+    let other = nfkit_hw::Mempool::new(&*dma, "other", 64, 2048).unwrap();
+    let frame: Vec<u8> = (0..100u8).collect();
+    let mut batch = Batch::new();
+    for _ in 0..8 {
+        let mut b = other.alloc().unwrap();
+        b.copy_from(&frame).unwrap();
+        batch.push(b);
+    }
+    assert_eq!(net.tx_batch(0, &mut batch), 8);
+    assert_eq!(other.free_count(), 64, "the originals went home");
+    let mut rx = Batch::new();
+    assert_eq!(net.rx_batch(0, &mut rx), 8);
+    assert!(rx.iter().all(|p| p.data() == &frame[..]));
+    assert_eq!(net.stats().tx_errors + net.stats().tx_dropped, 0);
+}
