@@ -125,7 +125,7 @@ impl Row {
 
 /// Set by Ctrl-C: the running case ends early and no other starts (the
 /// veth pairs are removed on the way out).
-fn interrupted() -> Arc<AtomicBool> {
+pub fn interrupted() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     let f = flag.clone();
     if ctrlc::set_handler(move || f.store(true, Ordering::Relaxed)).is_err() {
@@ -194,7 +194,7 @@ pub fn nfkit_mpps(
 ) -> Result<f64> {
     let opts = OpenOptions::default();
     let open = |s: &String| -> Result<Box<dyn Port>> {
-        Ok(nfkit_port::open(&s.parse()?, &opts).with_context(|| format!("opening `{s}`"))?)
+        nfkit_port::open(&s.parse()?, &opts).with_context(|| format!("opening `{s}`"))
     };
     let mut a = open(&specs[0])?;
     let mut b = open(&specs[1])?;
@@ -278,8 +278,8 @@ fn forward_measured(
 pub fn print_table(title: &str, rows: &[Row]) {
     println!("{title}");
     println!(
-        "{:<22} {:>11} {:>11} {:>7} {:>8}  {}",
-        "case", "nfkit Mpps", "DPDK Mpps", "ratio", "target", "met"
+        "{:<22} {:>11} {:>11} {:>7} {:>8}  met",
+        "case", "nfkit Mpps", "DPDK Mpps", "ratio", "target"
     );
     for r in rows {
         let fig = |f: &Figure| match f {

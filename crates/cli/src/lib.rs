@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_nf;
+pub mod bench_pipeline;
 pub mod bench_ports;
 pub mod demo;
 pub mod doctor;

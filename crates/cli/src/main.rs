@@ -162,6 +162,14 @@ enum BenchCmd {
         #[arg(long = "case", value_enum)]
         cases: Vec<nfkit::bench_ports::Case>,
     },
+    /// Cycles per packet and Mpps of the SoftNIC pipeline (Source -> Sink,
+    /// PortInc -> PortOut over null ports) beside dpdk-testpmd io
+    /// forwarding over net_null (issue #5). Needs root for DPDK.
+    Pipeline {
+        /// Measured seconds per case (after 1 s of warm-up).
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
 }
 
 fn main() -> Result<()> {
@@ -251,6 +259,7 @@ fn main() -> Result<()> {
                 seconds,
                 burst,
             })?,
+            BenchCmd::Pipeline { seconds } => nfkit::bench_pipeline::pipeline(seconds)?,
             BenchCmd::Nfs {
                 seconds,
                 packets,

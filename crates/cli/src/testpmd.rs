@@ -90,7 +90,15 @@ pub struct Testpmd {
     /// Statistics periods after the baseline block left out of the
     /// average (warm-up).
     pub warmup_periods: usize,
+    /// Also measure the CPU time of the forwarding lcore's thread over
+    /// the steady periods, and ask testpmd for its own cycles per packet
+    /// (`--record-core-cycles`).
+    pub measure_cpu: bool,
 }
+
+/// The thread testpmd's first forwarding lcore runs on (DPDK 22.11 names
+/// worker lcore threads `rte-worker-N`).
+const FORWARDING_THREAD: &str = "rte-worker-1";
 
 /// Average rates of one port over the steady periods.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -109,6 +117,12 @@ pub struct TestpmdRun {
     pub periods: usize,
     /// The command line, for the report.
     pub command: String,
+    /// With [`Testpmd::measure_cpu`]: the forwarding thread's CPU time
+    /// over the steady periods, as a share of their wall-clock time.
+    pub forwarding_cpu_share: Option<f64>,
+    /// With [`Testpmd::measure_cpu`]: testpmd's own figure at exit (TSC
+    /// cycles of forwarding rounds that moved packets, per packet).
+    pub own_cycles_per_packet: Option<f64>,
 }
 
 impl TestpmdRun {
@@ -139,6 +153,7 @@ impl Testpmd {
             tx_first: false,
             burst: None,
             warmup_periods: 0,
+            measure_cpu: false,
         }
     }
 
@@ -154,6 +169,11 @@ impl Testpmd {
 
     pub fn warmup_periods(mut self, periods: usize) -> Testpmd {
         self.warmup_periods = periods;
+        self
+    }
+
+    pub fn measure_cpu(mut self, on: bool) -> Testpmd {
+        self.measure_cpu = on;
         self
     }
 
@@ -195,6 +215,9 @@ impl Testpmd {
         if self.tx_first {
             a.push("--tx-first".into());
         }
+        if self.measure_cpu {
+            a.push("--record-core-cycles".into());
+        }
         a
     }
 
@@ -221,7 +244,7 @@ impl Testpmd {
         let outcome = self.supervise(&mut child, &log, &command);
         let _ = std::fs::remove_dir_all(Path::new("/var/run/dpdk").join(&prefix));
         let text = log.read();
-        let status = outcome?;
+        let (status, cpu_share) = outcome?;
         let periods = parse_periods(&text);
         let skip = 1 + self.warmup_periods;
         let Some(ports) = steady_average(&periods, skip) else {
@@ -241,30 +264,43 @@ impl Testpmd {
             ports,
             periods: periods.len().saturating_sub(skip),
             command,
+            forwarding_cpu_share: cpu_share,
+            own_cycles_per_packet: parse_own_cycles(&text),
         })
     }
 
     /// Wait until testpmd has printed the baseline block, the warm-up
     /// blocks and `seconds` steady ones (it prints a block about every
     /// second, sometimes every two), then stop it. Returns its exit
-    /// status, `None` if it had to be killed.
+    /// status (`None` if it had to be killed) and, if asked, the
+    /// forwarding thread's share of a CPU from the start of the steady
+    /// periods to the end.
     fn supervise(
         &self,
         child: &mut Running,
         log: &LogFile,
         command: &str,
-    ) -> Result<Option<ExitStatus>, TestpmdError> {
+    ) -> Result<(Option<ExitStatus>, Option<f64>), TestpmdError> {
         // One more header than needed: the last needed block is complete
         // once the next one starts.
         let wanted = 1 + self.warmup_periods + self.seconds as usize + 1;
         let limit = STARTUP_LIMIT + Duration::from_secs(3 * wanted as u64);
+        let steady_from = 1 + self.warmup_periods;
+        let mut cpu_from: Option<(Instant, Duration)> = None;
         let started = Instant::now();
         loop {
             if let Some(status) = child.try_wait()? {
                 // Ended by itself: the caller shows its output.
-                return Ok(Some(status));
+                return Ok((Some(status), None));
             }
-            if log.read().matches(STATS_HEADER).count() >= wanted {
+            let blocks = log.read().matches(STATS_HEADER).count();
+            if self.measure_cpu && cpu_from.is_none() && blocks >= steady_from {
+                cpu_from = child
+                    .pid()
+                    .and_then(|pid| thread_cpu_time(pid, FORWARDING_THREAD))
+                    .map(|t| (Instant::now(), t));
+            }
+            if blocks >= wanted {
                 break;
             }
             if started.elapsed() > limit {
@@ -277,17 +313,21 @@ impl Testpmd {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let cpu_share = cpu_from.and_then(|(at, t0)| {
+            let t1 = thread_cpu_time(child.pid()?, FORWARDING_THREAD)?;
+            Some((t1.saturating_sub(t0)).as_secs_f64() / at.elapsed().as_secs_f64())
+        });
         child.interrupt()?;
         let deadline = Instant::now() + EXIT_GRACE;
         while Instant::now() < deadline {
             if let Some(status) = child.try_wait()? {
-                return Ok(Some(status));
+                return Ok((Some(status), cpu_share));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         tracing::warn!("{TESTPMD} did not exit within {EXIT_GRACE:?} of SIGINT; killing it");
         child.kill();
-        Ok(None)
+        Ok((None, cpu_share))
     }
 }
 
@@ -295,6 +335,10 @@ impl Testpmd {
 struct Running(Option<Child>);
 
 impl Running {
+    fn pid(&self) -> Option<u32> {
+        self.0.as_ref().map(|c| c.id())
+    }
+
     fn try_wait(&mut self) -> Result<Option<ExitStatus>, TestpmdError> {
         match &mut self.0 {
             Some(c) => c.try_wait().map_err(os("waiting for testpmd")),
@@ -366,6 +410,22 @@ fn unique_prefix() -> String {
         std::process::id(),
         RUN.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// CPU time of the thread named `name` (its `comm`) in process `pid`,
+/// from the scheduler's nanosecond account (`/proc/PID/task/TID/schedstat`,
+/// first field); `None` if there is no such thread.
+pub fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == name {
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            let ns: u64 = stat.split_whitespace().next()?.parse().ok()?;
+            return Some(Duration::from_nanos(ns));
+        }
+    }
+    None
 }
 
 /// Whether an executable named `prog` is on the PATH.
@@ -496,6 +556,15 @@ pub fn parse_periods(text: &str) -> Vec<Period> {
     periods
 }
 
+/// testpmd's `CPU cycles/packet=24.19 (...)` line (`--record-core-cycles`,
+/// printed with the totals at exit).
+pub fn parse_own_cycles(text: &str) -> Option<f64> {
+    text.lines()
+        .rev()
+        .find_map(|l| l.split("CPU cycles/packet=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+}
+
 /// The number after `key` on a line like `  Rx-pps:   123   Rx-bps: 0`.
 fn field(line: &str, key: &str) -> Option<u64> {
     line.split(key)
@@ -602,6 +671,7 @@ Waiting for lcores to finish...
   RX-packets: 177422784      RX-dropped: 0             RX-total: 177422784
   TX-packets: 177422784      TX-dropped: 0             TX-total: 177422784
   ----------------------------------------------------------------------------
+  CPU cycles/packet=24.19 (total cycles=10016607023 / total io packets=414145344) at 2600 MHz Clock
 Bye...
 ";
 
@@ -628,6 +698,8 @@ Bye...
             ports: rates,
             periods: 2,
             command: String::new(),
+            forwarding_cpu_share: None,
+            own_cycles_per_packet: None,
         };
         assert!((run.mean_rx_pps() - 40_000_000.0).abs() < 1.0);
     }
@@ -669,6 +741,19 @@ Bye...
         ] {
             assert!(a.contains(want), "`{want}` missing from `{a}`");
         }
+    }
+
+    #[test]
+    fn own_cycles_and_thread_cpu_time() {
+        assert_eq!(parse_own_cycles(SAMPLE), Some(24.19));
+        assert_eq!(parse_own_cycles("Bye...\n"), None);
+        // This test's own thread: named after the test by the harness
+        // (cut to 15 bytes by the kernel), or `main` when run alone.
+        let me = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
+        if std::path::Path::new("/proc/thread-self/schedstat").exists() {
+            assert!(thread_cpu_time(std::process::id(), me.trim_end()).is_some());
+        }
+        assert!(thread_cpu_time(std::process::id(), "no-such-thread").is_none());
     }
 
     #[test]
