@@ -29,10 +29,11 @@ use nfkit_ixgbe::{Agent, AgentConfig, Device, DeviceConfig, PacketHandler};
 use nfkit_ixgbe_model::{ModelConfig, Nic82599, RunningNic, SimBar, TrafficGen};
 use nfkit_nf::adapt::scenarios::Exchange;
 use nfkit_nf::adapt::{AgentNf, QueueNf};
-use nfkit_nf::{NetworkFunction, PortId, NFS};
+use nfkit_nf::{NetworkFunction, NfStats, PortId, NFS};
 use nfkit_packet::{FrameBuilder, MacAddr};
 use nfkit_port::agent::AgentAdapter;
 use nfkit_port::Port;
+use std::cell::RefCell;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -193,43 +194,70 @@ pub fn nf_round_queue(
     }
 }
 
-/// Set `nf` up in `form` on `nics` and hand `body` a round function
-/// (`round(now)` processes everything waiting, returns the packets).
+/// An NF set up in a form on some devices.
+pub struct Rounds<'r> {
+    /// `round(now)` processes everything waiting; returns the packets.
+    pub round: &'r mut dyn FnMut(Duration) -> usize,
+    /// The NF's counters (between rounds).
+    pub stats: &'r dyn Fn() -> NfStats,
+    /// Per port, packets the NF sent there that the port refused (a full
+    /// transmit ring; agents never refuse, they stop receiving instead).
+    pub refused: &'r dyn Fn() -> Vec<u64>,
+}
+
+/// Set `nf` up in `form` on `nics` and hand `body` its [`Rounds`].
 pub fn with_form<R>(
     form: Form,
     nics: &SimNics,
     nf: &mut dyn NetworkFunction,
-    body: impl FnOnce(&mut dyn FnMut(Duration) -> usize) -> R,
+    body: impl FnOnce(Rounds<'_>) -> R,
 ) -> Result<R> {
     Ok(match form {
         Form::Agent => {
             let mut agents = agents(&nics.devs)?;
             let agent_nf = AgentNf::new(nf);
             let mut handlers = agent_nf.handlers();
-            body(&mut |now| nf_round_agent(&mut agents, &mut handlers, &agent_nf, now))
+            let ports = agents.len();
+            body(Rounds {
+                round: &mut |now| nf_round_agent(&mut agents, &mut handlers, &agent_nf, now),
+                stats: &|| agent_nf.nf().stats().clone(),
+                refused: &|| vec![0; ports],
+            })
         }
         Form::Queue => {
             let mut owned = queue_ports(nics)?;
             let mut ports: Vec<&mut IxgbePort<SimBar>> = owned.iter_mut().collect();
-            let mut q = QueueNf::new(ports.len());
-            body(&mut |now| nf_round_queue(&mut q, &mut ports, nf, now))
+            // Shared by the round and the counters, never at once.
+            let q = RefCell::new(QueueNf::new(ports.len()));
+            let nf = RefCell::new(nf);
+            body(Rounds {
+                round: &mut |now| {
+                    nf_round_queue(&mut q.borrow_mut(), &mut ports, *nf.borrow_mut(), now)
+                },
+                stats: &|| nf.borrow().stats().clone(),
+                refused: &|| q.borrow().stats().dropped.clone(),
+            })
         }
         Form::AgentAdapter => {
             let mut owned = queue_ports(nics)?;
             let mut ports: Vec<&mut dyn Port> = owned.iter_mut().map(|p| p as _).collect();
-            let mut adapter = AgentAdapter::new(ports.len());
+            let adapter = RefCell::new(AgentAdapter::new(ports.len()));
             let agent_nf = AgentNf::new(nf);
             let mut handlers = agent_nf.handlers();
-            body(&mut |now| {
-                agent_nf.set_now(now);
-                let mut total = 0;
-                loop {
-                    let n = adapter.poll(&mut ports, &mut handlers);
-                    total += n;
-                    if n == 0 {
-                        return total;
+            body(Rounds {
+                round: &mut |now| {
+                    agent_nf.set_now(now);
+                    let mut total = 0;
+                    loop {
+                        let n = adapter.borrow_mut().poll(&mut ports, &mut handlers);
+                        total += n;
+                        if n == 0 {
+                            return total;
+                        }
                     }
-                }
+                },
+                stats: &|| agent_nf.nf().stats().clone(),
+                refused: &|| adapter.borrow().stats().dropped.clone(),
             })
         }
     })
@@ -322,7 +350,8 @@ pub fn workload(name: &str, flows: usize) -> Result<Workload> {
             ]),
             1,
         ),
-        "policer" => (s(&["--rate", "1T", "--burst", "1T"]), 1),
+        // Buckets idle for burst/rate (1000 s) expire: none does here.
+        "policer" => (s(&["--rate", "1G", "--burst", "1T"]), 1),
         "router" => (
             s(&[
                 "--iface",
@@ -381,12 +410,12 @@ pub fn mpps(model: Model, name: &str, seconds: f64) -> Result<f64> {
     };
     let warmup = Duration::from_millis(300);
     let start = Instant::now();
-    let measured = with_form(model.into(), &nics, &mut *nf, |round| {
+    let measured = with_form(model.into(), &nics, &mut *nf, |r| {
         let mut base = None;
         let mut done = 0u64;
         loop {
             let now = start.elapsed();
-            done += round(now) as u64;
+            done += (r.round)(now) as u64;
             if base.is_none() && now >= warmup {
                 base = Some((done, Instant::now()));
             }
@@ -414,7 +443,7 @@ pub fn lockstep(model: Model, name: &str, packets: u64) -> Result<u64> {
     let sink = nics.nics[output].wire().attach_sink();
     let wire = nics.nics[w.input].wire();
     let mut gen = TrafficGen::from_frames(w.frames.clone());
-    with_form(model.into(), &nics, &mut *nf, |round| {
+    with_form(model.into(), &nics, &mut *nf, |r| {
         let (mut handled, mut idle) = (0u64, 0);
         let mut tick = 0u64;
         while handled < packets && idle < 1000 {
@@ -425,7 +454,7 @@ pub fn lockstep(model: Model, name: &str, packets: u64) -> Result<u64> {
             nics.step();
             tick += 1;
             // Virtual time: 1 µs per round, read once per round.
-            let n = round(Duration::from_micros(tick)) as u64;
+            let n = (r.round)(Duration::from_micros(tick)) as u64;
             nics.step();
             handled += n;
             idle = if n == 0 { idle + 1 } else { 0 };

@@ -9,15 +9,22 @@
 //!   is 1, then each `--port SPEC` (the bridge takes 2 to 64 of them).
 //! - `--model queue` (default): [`QueueNf`], batches from a pool.
 //! - `--model agent`: the agent handlers of [`AgentNf`] through
-//!   [`AgentAdapter`] on the ports (on 82599 queues the same handlers run
-//!   on `nfkit_ixgbe::Agent`s; see `nfkit bench nfs`).
+//!   [`AgentAdapter`] on the ports.
+//! - When every port is `sim:N`, the ports are simulated 82599s (see
+//!   [`crate::bench_nf::SimNics`]): `--model agent` runs the handlers on
+//!   `nfkit_ixgbe::Agent`s, `--model queue` the loop on 82599 queues, and
+//!   the NF's benchmark workload (60,000 flows,
+//!   [`crate::bench_nf::workload`]) feeds its input port; without NF
+//!   options the workload's options are used.
 //!
 //! The clock is read once per round of batches.
 
+use crate::bench_nf::{with_form, workload, SimNics, FLOWS};
 use crate::demo::Model;
 use crate::lab::{registry, SimLab, SimWire};
 use crate::stats;
 use anyhow::{bail, Context, Result};
+use nfkit_ixgbe_model::TrafficGen;
 use nfkit_nf::adapt::{AgentNf, QueueNf};
 use nfkit_nf::{
     Bridge, BridgeConfig, LbConfig, LoadBalancer, Nat, NatConfig, NetworkFunction, NfStats, NFS,
@@ -25,6 +32,7 @@ use nfkit_nf::{
 use nfkit_port::agent::AgentAdapter;
 use nfkit_port::{OpenOptions, Port, PortSpec, QueueStats};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const USAGE: &str = "\
@@ -34,7 +42,10 @@ usage: nfkit nf NAME --lan SPEC --wan SPEC [--model agent|queue] [--seconds N] [
   --port SPEC              one more port (repeatable; the bridge's ports)
   --model agent|queue      driver model (default queue)
   --seconds N              stop after N seconds (default: Ctrl-C, or when every source is done)
-  --table                  print the NF's table every second too (bridge MACs, LB backends, NAT mappings)";
+  --table                  print the NF's table every second too (bridge MACs, LB backends, NAT mappings)
+With only sim:N ports the NF runs on simulated 82599s (real 82599 agents with --model agent)
+and its benchmark workload (60,000 flows) feeds its input port; without NF options the
+workload's are used: nfkit nf lb --lan sim:0 --wan sim:1 --model agent --seconds 5";
 
 /// What `nfkit nf` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,7 +273,12 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
         .iter()
         .map(|s| s.parse().with_context(|| format!("port `{s}`")))
         .collect::<Result<_>>()?;
-    let mut built = Built::new(&args.name, &args.nf_options, specs.len())?;
+    let sim = all_sim(&specs);
+    let options = match sim {
+        true if args.nf_options.is_empty() => workload(&args.name, FLOWS)?.options,
+        _ => args.nf_options.clone(),
+    };
+    let mut built = Built::new(&args.name, &options, specs.len())?;
     let count = built.nf().port_count();
     if count != specs.len() {
         bail!(
@@ -270,6 +286,11 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
             args.name,
             specs.len()
         );
+    }
+    if sim {
+        let (ports, refused) = run_sim(args, &mut built)?;
+        let sent = ports.iter().map(|p| p.tx_packets).collect();
+        return finish(args, &mut built, ports, sent, refused);
     }
     let lab = SimLab::new(
         SimWire::Load {
@@ -311,9 +332,21 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
     for p in ports.iter_mut() {
         p.flush()?;
     }
+    let port_stats = ports.iter().map(|p| p.stats()).collect();
+    finish(args, &mut built, port_stats, sent, send_dropped)
+}
+
+/// Print the summary and check the NF's books.
+fn finish(
+    args: &NfArgs,
+    built: &mut Built,
+    ports: Vec<QueueStats>,
+    sent: Vec<u64>,
+    send_dropped: Vec<u64>,
+) -> Result<NfSummary> {
     let summary = NfSummary {
         stats: built.nf().stats().clone(),
-        ports: ports.iter().map(|p| p.stats()).collect(),
+        ports,
         sent,
         send_dropped,
         table: built.table(),
@@ -324,6 +357,87 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
         bail!("the NF's counters do not add up: {s:?}");
     }
     Ok(summary)
+}
+
+/// Whether every port is a distinct `sim:N`.
+fn all_sim(specs: &[PortSpec]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    specs
+        .iter()
+        .all(|s| matches!(s, PortSpec::Sim(n) if seen.insert(*n)))
+}
+
+/// The NF on simulated 82599s with its workload feeding its input port;
+/// returns the devices' counters and the packets each refused.
+fn run_sim(args: &NfArgs, built: &mut Built) -> Result<(Vec<QueueStats>, Vec<u64>)> {
+    let n = args.ports.len();
+    let nics = SimNics::free_running(n)?;
+    let w = workload(&args.name, FLOWS)?;
+    for nic in &nics.nics {
+        nic.wire().attach_sink();
+    }
+    let pump_stop = Arc::new(AtomicBool::new(false));
+    let pump = {
+        let wire = nics.nics[w.input.min(n - 1)].wire();
+        let mut gen = TrafficGen::from_frames(w.frames);
+        let stop = pump_stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if wire.rx_pending() < 256 {
+                    gen.inject(&wire, 64);
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let stop = crate::fwd::stop_flag(args.seconds);
+    let device_stats = || -> Vec<QueueStats> {
+        nics.devs
+            .iter()
+            .map(|d| as_port_stats(&d.stats()))
+            .collect()
+    };
+    let mut last = device_stats();
+    let mut at = Instant::now();
+    let start = Instant::now();
+    let refused = with_form(args.model.into(), &nics, built.nf(), |r| {
+        let mut rounds = 0u32;
+        while !stop.load(Ordering::Relaxed) {
+            (r.round)(start.elapsed());
+            rounds += 1;
+            if rounds < CHECK_EVERY || at.elapsed() < Duration::from_secs(1) {
+                continue;
+            }
+            rounds = 0;
+            let now = device_stats();
+            for (i, (old, new)) in last.iter().zip(&now).enumerate() {
+                for l in stats::diff_lines(&args.ports[i], old, new, at.elapsed()) {
+                    println!("{l}");
+                }
+            }
+            println!("{}", nf_line(&args.name, &(r.stats)()));
+            last = now;
+            at = Instant::now();
+        }
+        (r.refused)()
+    })?;
+    pump_stop.store(true, Ordering::Relaxed);
+    let _ = pump.join();
+    Ok((device_stats(), refused))
+}
+
+/// An 82599's counters as a port's.
+fn as_port_stats(d: &nfkit_ixgbe::DeviceStats) -> QueueStats {
+    QueueStats {
+        rx_packets: d.rx_packets,
+        rx_bytes: d.rx_bytes,
+        rx_dropped: d.rx_missed + d.rx_no_descriptor,
+        rx_errors: d.rx_crc_errors + d.rx_length_errors,
+        tx_packets: d.tx_packets,
+        tx_bytes: d.tx_bytes,
+        ..QueueStats::default()
+    }
 }
 
 fn print_summary(args: &NfArgs, s: &NfSummary) {

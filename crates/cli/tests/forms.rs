@@ -15,8 +15,11 @@ fn scenarios_pass_in(form: Form) {
     for s in SCENARIOS {
         let mut nf = nfkit_nf::build(s.nf, s.options).unwrap();
         let nics = SimNics::lockstep(nf.port_count()).unwrap();
-        let result = with_form(form, &nics, &mut *nf, |round| {
-            (s.run)(&mut LockstepExchange { nics: &nics, round })
+        let result = with_form(form, &nics, &mut *nf, |r| {
+            (s.run)(&mut LockstepExchange {
+                nics: &nics,
+                round: r.round,
+            })
         })
         .unwrap();
         if let Err(e) = result {
