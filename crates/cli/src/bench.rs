@@ -68,24 +68,69 @@ impl MacTable {
     }
 }
 
-/// Apply `nf` to one frame in place.
-#[inline(always)]
-fn apply(nf: Nf, table: &MacTable, frame: &mut [u8]) {
-    match nf {
-        Nf::Noop => {}
-        Nf::MacWrite => frame[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x99]),
-        Nf::MacLookup => {
-            let dst = table.0[frame[11] as usize];
-            frame[0..6].copy_from_slice(&dst);
-        }
+/// One of TinyNF's functions, compiled into the round that runs it (as
+/// TinyNF compiles its function into the driver loop): choosing the
+/// function per packet would add harness work to every figure.
+pub trait NfFn: Copy {
+    /// Apply the function to one frame in place.
+    fn apply(self, frame: &mut [u8]);
+}
+
+/// The packet is not touched.
+#[derive(Clone, Copy)]
+pub struct NoopFn;
+/// A constant is written to the destination MAC.
+#[derive(Clone, Copy)]
+pub struct MacWriteFn;
+/// The destination MAC comes from a table indexed by the source MAC.
+#[derive(Clone, Copy)]
+pub struct MacLookupFn<'a>(pub &'a MacTable);
+
+impl NfFn for NoopFn {
+    #[inline(always)]
+    fn apply(self, _frame: &mut [u8]) {}
+}
+
+impl NfFn for MacWriteFn {
+    #[inline(always)]
+    fn apply(self, frame: &mut [u8]) {
+        frame[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x99]);
     }
+}
+
+impl NfFn for MacLookupFn<'_> {
+    #[inline(always)]
+    fn apply(self, frame: &mut [u8]) {
+        let dst = self.0 .0[frame[11] as usize];
+        frame[0..6].copy_from_slice(&dst);
+    }
+}
+
+/// Run `body` with `nf` as its compiled-in function.
+macro_rules! with_nf {
+    ($nf:expr, $table:expr, |$f:ident| $body:expr) => {
+        match $nf {
+            Nf::Noop => {
+                let $f = NoopFn;
+                $body
+            }
+            Nf::MacWrite => {
+                let $f = MacWriteFn;
+                $body
+            }
+            Nf::MacLookup => {
+                let $f = MacLookupFn($table);
+                $body
+            }
+        }
+    };
 }
 
 /// One round of the agent model: handle every waiting packet.
 #[inline(never)]
-pub fn driver_round_agent(agent: &mut Agent<SimBar>, nf: Nf, table: &MacTable) -> usize {
+pub fn driver_round_agent<F: NfFn>(agent: &mut Agent<SimBar>, nf: F) -> usize {
     let mut handler = |buf: &mut [u8], len: usize, out: &mut [u16]| {
-        apply(nf, table, &mut buf[..len]);
+        nf.apply(&mut buf[..len]);
         out[0] = len as u16;
     };
     let mut total = 0;
@@ -101,12 +146,11 @@ pub fn driver_round_agent(agent: &mut Agent<SimBar>, nf: Nf, table: &MacTable) -
 /// One round of the queue model: receive a batch, apply, transmit,
 /// drop what the transmit ring refused.
 #[inline(never)]
-pub fn driver_round_queue(
+pub fn driver_round_queue<F: NfFn>(
     rx: &mut IxgbePort<SimBar>,
     tx: &mut IxgbePort<SimBar>,
     batch: &mut Batch,
-    nf: Nf,
-    table: &MacTable,
+    nf: F,
 ) -> usize {
     let mut total = 0;
     loop {
@@ -116,7 +160,7 @@ pub fn driver_round_queue(
         }
         total += n;
         for p in batch.iter_mut() {
-            apply(nf, table, p.data_mut());
+            nf.apply(p.data_mut());
         }
         tx.tx_batch(0, batch);
         batch.clear();
@@ -144,7 +188,7 @@ pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
         Model::Agent => {
             let mut agent = Agent::new(&devs[0], 0, &[(&devs[1], 0)], &AgentConfig::default())?;
             while start.elapsed().as_secs_f64() < seconds + warmup.as_secs_f64() {
-                forwarded += driver_round_agent(&mut agent, nf, &table) as u64;
+                forwarded += with_nf!(nf, &table, |f| driver_round_agent(&mut agent, f)) as u64;
                 if measured_from.is_none() && start.elapsed() >= warmup {
                     measured_from = Some(Instant::now());
                     base = forwarded;
@@ -156,7 +200,9 @@ pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
             let mut tx = IxgbePort::new("sim:1", devs[1].clone(), &**lab.dma())?;
             let mut batch = Batch::new();
             while start.elapsed().as_secs_f64() < seconds + warmup.as_secs_f64() {
-                forwarded += driver_round_queue(&mut rx, &mut tx, &mut batch, nf, &table) as u64;
+                forwarded += with_nf!(nf, &table, |f| driver_round_queue(
+                    &mut rx, &mut tx, &mut batch, f
+                )) as u64;
                 if measured_from.is_none() && start.elapsed() >= warmup {
                     measured_from = Some(Instant::now());
                     base = forwarded;
@@ -171,13 +217,7 @@ pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
 
 /// Two lock-step devices on a virtual clock (device work happens only in
 /// `step`, outside the counted driver rounds).
-fn lockstep_pair() -> Result<(
-    Nic82599,
-    Nic82599,
-    Device<SimBar>,
-    Device<SimBar>,
-    Arc<SimDma>,
-)> {
+fn lockstep_pair() -> Result<LockstepPair> {
     let dma = SimDma::new();
     let clock = VirtualClock::new();
     let nics: Vec<Nic82599> = (0..2)
@@ -206,13 +246,29 @@ fn lockstep_pair() -> Result<(
     nics[1].wire().attach_sink();
     let d1 = devs.pop().context("two devices")?;
     let d0 = devs.pop().context("two devices")?;
-    Ok((nics[0].clone(), nics[1].clone(), d0, d1, dma))
+    Ok(LockstepPair {
+        nics: [nics[0].clone(), nics[1].clone()],
+        devs: [d0, d1],
+        dma,
+    })
+}
+
+/// Two lock-step 82599 models, their initialized devices, and the DMA
+/// memory they share.
+struct LockstepPair {
+    nics: [Nic82599; 2],
+    devs: [Device<SimBar>; 2],
+    dma: Arc<SimDma>,
 }
 
 /// The lock-step run measured under callgrind: `packets` frames through
 /// one direction. Returns the packets forwarded.
 pub fn lockstep(model: Model, nf: Nf, packets: u64) -> Result<u64> {
-    let (nic0, nic1, d0, d1, dma) = lockstep_pair()?;
+    let LockstepPair {
+        nics: [nic0, nic1],
+        devs: [d0, d1],
+        dma,
+    } = lockstep_pair()?;
     let table = MacTable::new();
     let mut gen = TrafficGen::udp_flows(sim_mac(0), 256, 60);
     let wire = nic0.wire();
@@ -241,8 +297,10 @@ pub fn lockstep(model: Model, nf: Nf, packets: u64) -> Result<u64> {
         }
         nic0.step();
         let n = match (&mut agent, &mut ports) {
-            (Some(a), _) => driver_round_agent(a, nf, &table),
-            (_, Some((rx, tx))) => driver_round_queue(rx, tx, &mut batch, nf, &table),
+            (Some(a), _) => with_nf!(nf, &table, |f| driver_round_agent(a, f)),
+            (_, Some((rx, tx))) => {
+                with_nf!(nf, &table, |f| driver_round_queue(rx, tx, &mut batch, f))
+            }
             _ => 0,
         };
         nic1.step();

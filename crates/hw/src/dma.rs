@@ -231,3 +231,195 @@ pub trait DmaAllocator: Send + Sync {
     /// Packet buffers never straddle a page boundary of this size.
     fn page_size(&self) -> usize;
 }
+
+/// A ring of 16-byte descriptors (two little-endian quadwords each, the
+/// layout of 82599 and VirtIO split-ring descriptors) in DMA memory.
+///
+/// The data path touches descriptors once or twice per packet, so the
+/// ring checks its memory once, here, instead of on every access as
+/// [`DmaRegion`]'s accessors do: the number of descriptors is a power of
+/// two, the region holds all of them and starts 16-byte aligned. Every
+/// accessor then wraps its index with the ring mask, so no index can
+/// leave the ring and no per-access check remains.
+#[derive(Debug)]
+pub struct DescRing {
+    /// Descriptor 0.
+    descs: NonNull<Desc>,
+    mask: usize,
+    region: DmaRegion,
+}
+
+// SAFETY: as for `DmaRegion` (which the ring owns); every access goes
+// through the atomics of `Desc`.
+unsafe impl Send for DescRing {}
+// SAFETY: shared access is through atomics only.
+unsafe impl Sync for DescRing {}
+
+/// Bytes per descriptor of a [`DescRing`].
+pub const DESC_BYTES: usize = 16;
+
+impl DescRing {
+    /// A ring of `entries` descriptors at the start of `region`.
+    pub fn new(region: DmaRegion, entries: usize) -> Result<DescRing, HwError> {
+        if !entries.is_power_of_two() {
+            return Err(HwError::Invalid(format!(
+                "descriptor ring of {entries} entries: not a power of two"
+            )));
+        }
+        let bytes = entries.saturating_mul(DESC_BYTES);
+        if bytes > region.len() || !region.virt_addr().is_multiple_of(DESC_BYTES) {
+            return Err(HwError::Invalid(format!(
+                "descriptor ring of {entries} entries does not fit {region:?} (or it is not 16-byte aligned)"
+            )));
+        }
+        Ok(DescRing {
+            descs: region.ptr.cast(),
+            mask: entries - 1,
+            region,
+        })
+    }
+
+    /// Number of descriptors.
+    #[inline(always)]
+    pub fn entries(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// The memory the ring lives in (device address for the base
+    /// registers, and byte-level access for set-up and tests).
+    pub fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+
+    /// Descriptor `i mod entries`: reach it once, then read and write
+    /// its quadwords.
+    #[inline(always)]
+    pub fn desc(&self, i: usize) -> &Desc {
+        // SAFETY: `i & mask` < entries, and `new` checked that the region
+        // holds `entries` 16-byte aligned descriptors; the region lives as
+        // long as `self`; `Desc` is two atomics, so concurrent access by
+        // the device (or a simulator thread) is through atomics only.
+        unsafe { &*self.descs.as_ptr().add(i & self.mask) }
+    }
+
+    /// Quadword 0 of descriptor `i mod entries` (see [`Desc::read_q0`]).
+    #[inline(always)]
+    pub fn read_q0(&self, i: usize) -> u64 {
+        self.desc(i).read_q0()
+    }
+
+    /// Quadword 1 of descriptor `i mod entries` (see [`Desc::read_q1`]).
+    #[inline(always)]
+    pub fn read_q1(&self, i: usize) -> u64 {
+        self.desc(i).read_q1()
+    }
+
+    /// Write quadword 0 of descriptor `i mod entries`.
+    #[inline(always)]
+    pub fn write_q0(&self, i: usize, value: u64) {
+        self.desc(i).write_q0(value)
+    }
+
+    /// Write quadword 1 of descriptor `i mod entries`.
+    #[inline(always)]
+    pub fn write_q1(&self, i: usize, value: u64) {
+        self.desc(i).write_q1(value)
+    }
+}
+
+/// One 16-byte descriptor of a [`DescRing`]: two little-endian
+/// quadwords the device reads and writes too.
+#[repr(C, align(16))]
+pub struct Desc([AtomicU64; 2]);
+
+impl Desc {
+    /// Quadword 0 as the device wrote it. `Acquire`: what the device
+    /// wrote before the word is visible after.
+    #[inline(always)]
+    pub fn read_q0(&self) -> u64 {
+        u64::from_le(self.0[0].load(Ordering::Acquire))
+    }
+
+    /// Quadword 1 (where status is written back), `Acquire` as for
+    /// [`Self::read_q0`].
+    #[inline(always)]
+    pub fn read_q1(&self) -> u64 {
+        u64::from_le(self.0[1].load(Ordering::Acquire))
+    }
+
+    /// Write quadword 0.
+    #[inline(always)]
+    pub fn write_q0(&self, value: u64) {
+        self.0[0].store(value.to_le(), Ordering::Relaxed)
+    }
+
+    /// Write quadword 1.
+    #[inline(always)]
+    pub fn write_q1(&self, value: u64) {
+        self.0[1].store(value.to_le(), Ordering::Relaxed)
+    }
+}
+
+/// A DMA region cut into a power-of-two number of equal slots of
+/// `SLOT_SIZE` bytes, a power of two (the agent model's packet buffers:
+/// slot `i` belongs to descriptor `i` of every ring). Like [`DescRing`],
+/// the shape is checked once and a slot index wraps, so handing out a
+/// slot costs no check, and the slot size is a constant the compiler
+/// sees (code slicing a slot needs no check of its own either).
+#[derive(Debug)]
+pub struct DmaSlots<const SLOT_SIZE: usize> {
+    base: NonNull<u8>,
+    mask: usize,
+    region: DmaRegion,
+}
+
+// SAFETY: as for `DmaRegion`, which this owns.
+unsafe impl<const SLOT_SIZE: usize> Send for DmaSlots<SLOT_SIZE> {}
+// SAFETY: `&self` gives no access to slot bytes; `&mut self` is exclusive.
+unsafe impl<const SLOT_SIZE: usize> Sync for DmaSlots<SLOT_SIZE> {}
+
+impl<const SLOT_SIZE: usize> DmaSlots<SLOT_SIZE> {
+    /// `count` slots (a power of two) at the start of `region`.
+    pub fn new(region: DmaRegion, count: usize) -> Result<Self, HwError> {
+        let fits = count
+            .checked_mul(SLOT_SIZE)
+            .is_some_and(|bytes| bytes <= region.len());
+        if !count.is_power_of_two() || !SLOT_SIZE.is_power_of_two() || !fits {
+            return Err(HwError::Invalid(format!(
+                "{count} slots of {SLOT_SIZE} bytes: need powers of two that fit {region:?}"
+            )));
+        }
+        Ok(DmaSlots {
+            base: region.ptr,
+            mask: count - 1,
+            region,
+        })
+    }
+
+    /// Number of slots.
+    pub fn count(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// Device address of slot `i mod count`.
+    pub fn device_addr(&self, i: usize) -> u64 {
+        self.region.device_addr_at((i & self.mask) * SLOT_SIZE)
+    }
+
+    /// The memory the slots live in.
+    pub fn region(&self) -> &DmaRegion {
+        &self.region
+    }
+
+    /// Exclusive view of slot `i mod count`. As for
+    /// [`DmaRegion::slice_mut`], `&mut self` excludes CPU-side aliases and
+    /// the driver protocol keeps the device off the slot meanwhile.
+    #[inline(always)]
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8; SLOT_SIZE] {
+        let offset = (i & self.mask) * SLOT_SIZE;
+        // SAFETY: offset + SLOT_SIZE <= count * SLOT_SIZE <= region length
+        // (checked in `new`); a byte array has alignment 1; `&mut self`
+        // is exclusive for the returned lifetime.
+        unsafe { &mut *(self.base.as_ptr().add(offset) as *mut [u8; SLOT_SIZE]) }
+    }
+}

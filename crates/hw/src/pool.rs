@@ -6,18 +6,25 @@
 //! metadata ([`META_SIZE`] bytes, for pipeline attributes) lives in
 //! ordinary memory beside the pool, where no device can touch it.
 //!
-//! Free entries sit in a lock-free LIFO-ish MPMC queue shared by all
-//! cores. Hot paths (a driver queue refilling its ring, cleaning
+//! Free entries sit in a stack of entry ids shared by all cores, behind
+//! a mutex. Hot paths (a driver queue refilling its ring, cleaning
 //! transmitted buffers) go through a per-core [`PoolCache`]: a plain stack
-//! of entry ids, refilled from and spilled to the shared queue in bulk, so
-//! cores do not contend per packet. A [`PktBuf`] dropped anywhere returns
-//! to the shared queue.
+//! of entry ids, refilled from and spilled to the shared stack in chunks
+//! under one lock each, so cores do not contend, and take no lock, per
+//! packet. (A hand-written stack rather than a lock-free queue such as
+//! crossbeam's `ArrayQueue`: those move one id per atomic operation, and
+//! the bulk moves are what keeps the per-packet cost low.) A [`PktBuf`]
+//! dropped anywhere returns to the shared stack.
+//!
+//! A receive ring lends its buffers to the device as entry ids only
+//! ([`RxBuffers`]): the [`PktBuf`] is made when a packet arrives.
 
 use crate::dma::{DmaAllocator, DmaRegion};
 use crate::error::HwError;
-use crossbeam_queue::ArrayQueue;
+use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// Bytes reserved in front of the packet data of every buffer, for
@@ -29,16 +36,21 @@ pub const META_SIZE: usize = 128;
 pub const DEFAULT_BUF_SIZE: usize = 2048;
 /// Maximum packets in a [`Batch`].
 pub const MAX_BATCH: usize = 64;
-/// Ids moved between a [`PoolCache`] and the shared queue at once.
+/// Ids moved between a [`PoolCache`] and the shared stack at once, at
+/// least.
 const CACHE_CHUNK: usize = 32;
 
 struct Inner {
     region: DmaRegion,
     buf_size: usize,
+    /// log2(buf_size).
+    buf_shift: u32,
     count: u32,
     /// Device address of each entry's first byte.
     device_addrs: Box<[u64]>,
-    free: ArrayQueue<u32>,
+    /// Free entry ids; capacity `count` from the start, so pushing never
+    /// allocates (an id is in at most one place at a time).
+    free: Mutex<Vec<u32>>,
     meta: Box<[UnsafeCell<[u8; META_SIZE]>]>,
     name: String,
 }
@@ -61,7 +73,7 @@ impl fmt::Debug for Mempool {
             .field("name", &self.inner.name)
             .field("count", &self.inner.count)
             .field("buf_size", &self.inner.buf_size)
-            .field("free", &self.inner.free.len())
+            .field("free", &self.free_count())
             .finish()
     }
 }
@@ -92,10 +104,8 @@ impl Mempool {
         let device_addrs = (0..count)
             .map(|i| region.device_addr_at(i * buf_size))
             .collect();
-        let free = ArrayQueue::new(count);
-        for id in 0..count as u32 {
-            let _ = free.push(id);
-        }
+        // Popped from the end: entry 0 goes out first.
+        let free = Mutex::new((0..count as u32).rev().collect());
         let meta = (0..count)
             .map(|_| UnsafeCell::new([0u8; META_SIZE]))
             .collect();
@@ -103,6 +113,7 @@ impl Mempool {
             inner: Arc::new(Inner {
                 region,
                 buf_size,
+                buf_shift: buf_size.trailing_zeros(),
                 count: count as u32,
                 device_addrs,
                 free,
@@ -122,7 +133,7 @@ impl Mempool {
     /// Buffers currently in the shared free queue (not counting buffers
     /// held in per-core caches).
     pub fn free_count(&self) -> usize {
-        self.inner.free.len()
+        self.inner.free.lock().len()
     }
     /// Entry size (headroom + data room).
     pub fn buf_size(&self) -> usize {
@@ -133,18 +144,21 @@ impl Mempool {
         self.inner.buf_size - HEADROOM
     }
 
-    /// Take one buffer from the shared queue.
+    /// Take one buffer from the shared stack.
     pub fn alloc(&self) -> Option<PktBuf> {
-        self.inner.free.pop().map(|id| self.make(id))
+        let id = self.inner.free.lock().pop()?;
+        Some(self.make(id))
     }
 
-    /// Take up to `n` buffers into `out`; returns how many were added.
+    /// Take up to `n` buffers into `out` (under one lock); returns how
+    /// many were added.
     pub fn alloc_bulk(&self, out: &mut Batch, n: usize) -> usize {
+        let mut free = self.inner.free.lock();
         let mut got = 0;
         while got < n && !out.is_full() {
-            match self.alloc() {
-                Some(b) => {
-                    out.push(b);
+            match free.pop() {
+                Some(id) => {
+                    out.push(self.make(id));
                     got += 1;
                 }
                 None => break,
@@ -153,12 +167,14 @@ impl Mempool {
         got
     }
 
-    /// A per-core cache for this pool.
+    /// A per-core cache for this pool, keeping about `size` ids.
     pub fn cache(&self, size: usize) -> PoolCache {
+        let limit = size.max(CACHE_CHUNK);
         PoolCache {
             pool: self.clone(),
-            ids: Vec::with_capacity(size.max(CACHE_CHUNK) * 2),
-            limit: size.max(CACHE_CHUNK),
+            ids: Vec::with_capacity(limit * 2),
+            handles: Vec::with_capacity(limit * 2),
+            limit,
         }
     }
 
@@ -174,9 +190,18 @@ impl Mempool {
 
     #[inline(always)]
     fn release(&self, id: u32) {
-        // Cannot fail: the queue holds every id at most once and has room
-        // for all of them.
-        let _ = self.inner.free.push(id);
+        // Never reallocates: the stack has room for every id, and holds
+        // each at most once.
+        self.inner.free.lock().push(id);
+    }
+
+    /// Device address of the first byte of entry `id` (< count).
+    #[inline(always)]
+    fn entry_device_addr(&self, id: u32) -> u64 {
+        debug_assert!(id < self.inner.count);
+        // SAFETY: every id in circulation is below `count`, the length of
+        // `device_addrs` (ids come only from the pool's own stack).
+        unsafe { *self.inner.device_addrs.get_unchecked(id as usize) }
     }
 
     fn same(&self, other: &Mempool) -> bool {
@@ -184,10 +209,16 @@ impl Mempool {
     }
 }
 
-/// A per-core stack of free entry ids (no atomics on the fast path).
+/// A per-core stack of free entry ids (no lock and, for buffers that
+/// come back to the cache they left, no atomic operation per packet).
 pub struct PoolCache {
     pool: Mempool,
     ids: Vec<u32>,
+    /// Pool handles of buffers freed here: a buffer freed to the cache
+    /// leaves its handle (its reference count) beside its id, and the
+    /// next buffer handed out takes it, so no count moves in between.
+    /// At most `ids.len()` long.
+    handles: Vec<Mempool>,
     limit: usize,
 }
 
@@ -205,59 +236,227 @@ impl PoolCache {
         &self.pool
     }
 
-    /// Take one buffer, refilling from the shared queue when empty.
+    /// Take one buffer, refilling from the shared stack when empty.
     #[inline]
     pub fn alloc(&mut self) -> Option<PktBuf> {
-        if self.ids.is_empty() {
-            self.refill();
-        }
-        self.ids.pop().map(|id| self.pool.make(id))
+        let id = self.alloc_id()?;
+        Some(self.wrap(id))
     }
 
-    /// Return a buffer of this pool. A buffer of another pool goes home.
+    /// Return a buffer. A buffer of another pool goes straight home.
     #[inline]
     pub fn free(&mut self, buf: PktBuf) {
         if !buf.pool.same(&self.pool) {
             drop(buf);
             return;
         }
-        let id = buf.id;
-        std::mem::forget(buf);
-        self.ids.push(id);
-        if self.ids.len() >= 2 * self.limit {
-            self.spill();
-        }
+        self.free_own(buf);
     }
 
-    #[cold]
-    fn refill(&mut self) {
-        for _ in 0..self.limit.min(CACHE_CHUNK * 4) {
-            match self.pool.inner.free.pop() {
-                Some(id) => self.ids.push(id),
-                None => break,
+    /// Return many buffers. Those of this pool stay in the cache; the
+    /// others go home under one lock per run of buffers of one pool (a
+    /// queue forwarding from another port frees nothing but those).
+    pub fn free_bulk(&mut self, bufs: impl Iterator<Item = PktBuf>) {
+        let mut run = ForeignRun::default();
+        for buf in bufs {
+            if buf.pool.same(&self.pool) {
+                self.free_own(buf);
+            } else {
+                run.add(buf);
             }
         }
-    }
-
-    #[cold]
-    fn spill(&mut self) {
-        while self.ids.len() > self.limit {
-            if let Some(id) = self.ids.pop() {
-                self.pool.release(id);
-            }
-        }
+        run.flush();
     }
 
     /// Ids currently cached.
     pub fn cached(&self) -> usize {
         self.ids.len()
     }
+
+    /// An entry id of this pool for the caller to own, refilling from the
+    /// shared stack when empty.
+    #[inline(always)]
+    fn alloc_id(&mut self) -> Option<u32> {
+        if self.ids.is_empty() {
+            self.refill();
+        }
+        self.ids.pop()
+    }
+
+    /// Take back an entry id the caller owned.
+    #[inline(always)]
+    fn free_id(&mut self, id: u32) {
+        self.ids.push(id);
+        if self.ids.len() >= 2 * self.limit {
+            self.spill();
+        }
+    }
+
+    /// A packet buffer owning `id`, with a cached handle if there is one.
+    #[inline(always)]
+    fn wrap(&mut self, id: u32) -> PktBuf {
+        PktBuf {
+            pool: self.handles.pop().unwrap_or_else(|| self.pool.clone()),
+            id,
+            offset: HEADROOM as u16,
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn free_own(&mut self, buf: PktBuf) {
+        let (pool, id) = buf.into_parts();
+        if self.handles.len() < self.handles.capacity() {
+            self.handles.push(pool);
+        }
+        self.free_id(id);
+    }
+
+    #[cold]
+    fn refill(&mut self) {
+        let mut free = self.pool.inner.free.lock();
+        let take = free.len().min(self.limit.min(CACHE_CHUNK * 4));
+        let from = free.len() - take;
+        self.ids.extend(free.drain(from..));
+    }
+
+    #[cold]
+    fn spill(&mut self) {
+        let keep = self.limit;
+        self.pool.inner.free.lock().extend(self.ids.drain(keep..));
+        self.handles.truncate(keep);
+    }
 }
 
 impl Drop for PoolCache {
     fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            self.pool.release(id);
+        self.pool.inner.free.lock().append(&mut self.ids);
+    }
+}
+
+/// Ids of consecutive freed buffers of one pool, returned under one lock.
+#[derive(Default)]
+struct ForeignRun {
+    pool: Option<Mempool>,
+    ids: [u32; CACHE_CHUNK],
+    len: usize,
+}
+
+impl ForeignRun {
+    #[inline(always)]
+    fn add(&mut self, buf: PktBuf) {
+        let (pool, id) = buf.into_parts();
+        let same = self.pool.as_ref().is_some_and(|p| p.same(&pool));
+        if !same || self.len == CACHE_CHUNK {
+            self.flush();
+            self.pool = Some(pool);
+        }
+        // (A handle of the run's pool is dropped here when `same`.)
+        self.ids[self.len % CACHE_CHUNK] = id;
+        self.len += 1;
+    }
+
+    fn flush(&mut self) {
+        if let Some(pool) = &self.pool {
+            let ids = &self.ids[..self.len.min(CACHE_CHUNK)];
+            pool.inner.free.lock().extend_from_slice(ids);
+        }
+        self.len = 0;
+    }
+}
+
+/// The buffers a receive ring lends to a device: one pool entry per
+/// descriptor, held as an id (a [`PktBuf`] is made only when a packet
+/// arrives in it), replaced from a [`PoolCache`] as packets are taken.
+pub struct RxBuffers {
+    cache: PoolCache,
+    ids: Box<[u32]>,
+    mask: usize,
+}
+
+impl fmt::Debug for RxBuffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RxBuffers")
+            .field("pool", &self.cache.pool.name())
+            .field("entries", &self.ids.len())
+            .finish()
+    }
+}
+
+impl RxBuffers {
+    /// One buffer for each of `entries` descriptors (a power of two),
+    /// through a cache of `pool` that also keeps replacements; `None` if
+    /// the pool cannot fill the ring.
+    pub fn new(pool: &Mempool, entries: usize) -> Option<RxBuffers> {
+        if !entries.is_power_of_two() {
+            return None;
+        }
+        let mut cache = pool.cache(entries.max(MAX_BATCH * 2));
+        let mut ids = Vec::with_capacity(entries);
+        for _ in 0..entries {
+            match cache.alloc_id() {
+                Some(id) => ids.push(id),
+                None => {
+                    ids.into_iter().for_each(|id| cache.free_id(id));
+                    return None;
+                }
+            }
+        }
+        Some(RxBuffers {
+            cache,
+            ids: ids.into_boxed_slice(),
+            mask: entries - 1,
+        })
+    }
+
+    /// The pool the buffers come from.
+    pub fn pool(&self) -> &Mempool {
+        &self.cache.pool
+    }
+
+    /// Device address where the device should write into the buffer of
+    /// descriptor `i mod entries` (after the default headroom).
+    #[inline(always)]
+    pub fn rx_device_addr(&self, i: usize) -> u64 {
+        self.cache.pool.entry_device_addr(*self.slot(i)) + HEADROOM as u64
+    }
+
+    /// The device wrote `len` bytes into the buffer of descriptor
+    /// `i mod entries`: take it as a packet, and put a fresh buffer in its
+    /// place. Returns the packet and the device address for the
+    /// descriptor, or `None` (nothing changed) if the pool is empty.
+    #[inline(always)]
+    pub fn take(&mut self, i: usize, len: usize) -> Option<(PktBuf, u64)> {
+        let fresh = self.cache.alloc_id()?;
+        let id = std::mem::replace(self.slot_mut(i), fresh);
+        let mut pkt = self.cache.wrap(id);
+        pkt.set_received(len);
+        let addr = self.cache.pool.entry_device_addr(fresh) + HEADROOM as u64;
+        Some((pkt, addr))
+    }
+}
+
+impl RxBuffers {
+    #[inline(always)]
+    fn slot(&self, i: usize) -> &u32 {
+        // SAFETY: `ids` has mask + 1 entries (built so in `new`, never
+        // resized), so `i & mask` is in bounds.
+        unsafe { self.ids.get_unchecked(i & self.mask) }
+    }
+
+    #[inline(always)]
+    fn slot_mut(&mut self, i: usize) -> &mut u32 {
+        // SAFETY: as in `slot`.
+        unsafe { self.ids.get_unchecked_mut(i & self.mask) }
+    }
+}
+
+impl Drop for RxBuffers {
+    /// The buffers go back to the pool: the ring's owner must have
+    /// stopped the device writing into them first.
+    fn drop(&mut self) {
+        for &id in self.ids.iter() {
+            self.cache.free_id(id);
         }
     }
 }
@@ -293,7 +492,30 @@ pub struct NoRoom {
 impl PktBuf {
     #[inline(always)]
     fn entry_start(&self) -> usize {
-        self.id as usize * self.pool.inner.buf_size
+        (self.id as usize) << self.pool.inner.buf_shift
+    }
+
+    /// Give up ownership without returning the entry: the caller now
+    /// owns `id` (and the pool handle's count).
+    #[inline(always)]
+    fn into_parts(self) -> (Mempool, u32) {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so the pool
+        // handle is moved out exactly once.
+        let pool = unsafe { std::ptr::read(&this.pool) };
+        (pool, this.id)
+    }
+
+    /// Start of the packet bytes, in memory.
+    #[inline(always)]
+    fn data_ptr(&self) -> *mut u8 {
+        let start = self.entry_start() + self.offset as usize;
+        debug_assert!(start + self.len as usize <= self.pool.inner.region.len());
+        // SAFETY: id < count and offset + len <= buf_size are invariants
+        // of every PktBuf (ids come from the pool; each method that moves
+        // offset or len checks against the buffer), so the bytes
+        // `start..start + len` lie in the pool's region.
+        unsafe { self.pool.inner.region.as_ptr().add(start) }
     }
 
     /// The pool this buffer belongs to.
@@ -324,39 +546,32 @@ impl PktBuf {
     /// Device address of the first data byte.
     #[inline(always)]
     pub fn device_addr(&self) -> u64 {
-        self.pool.inner.device_addrs[self.id as usize] + self.offset as u64
+        self.pool.entry_device_addr(self.id) + self.offset as u64
     }
 
     /// Device address where received data should land (start of the data
     /// room, after the default headroom).
     #[inline(always)]
     pub fn rx_device_addr(&self) -> u64 {
-        self.pool.inner.device_addrs[self.id as usize] + HEADROOM as u64
+        self.pool.entry_device_addr(self.id) + HEADROOM as u64
     }
 
     /// The packet bytes.
     #[inline(always)]
     pub fn data(&self) -> &[u8] {
-        let start = self.entry_start() + self.offset as usize;
-        // In bounds by construction: offset + len <= buf_size.
-        self.pool
-            .inner
-            .region
-            .slice(start, self.len as usize)
-            .unwrap_or(&[])
+        // SAFETY: in the region (see `data_ptr`); this PktBuf is the only
+        // owner of entry `id` and `&self` excludes `&mut` access through it.
+        unsafe { std::slice::from_raw_parts(self.data_ptr(), self.len as usize) }
     }
 
     /// The packet bytes, mutable.
     #[inline(always)]
     pub fn data_mut(&mut self) -> &mut [u8] {
-        let start = self.entry_start() + self.offset as usize;
-        let len = self.len as usize;
-        let region = &self.pool.inner.region;
-        assert!(start + len <= region.len());
-        // SAFETY: this PktBuf is the only owner of entry `id`, so no other
-        // reference to these bytes exists on the CPU side, and a device
-        // only touches an entry while a driver ring owns the PktBuf.
-        unsafe { std::slice::from_raw_parts_mut(region.as_ptr().add(start), len) }
+        // SAFETY: in the region (see `data_ptr`); this PktBuf is the only
+        // owner of entry `id`, so no other reference to these bytes exists
+        // on the CPU side, and a device only touches an entry while a
+        // driver ring owns it.
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), self.len as usize) }
     }
 
     /// Set the packet length (data start unchanged).
@@ -505,10 +720,19 @@ impl Batch {
     /// Add a packet; if the batch is full the packet is handed back.
     #[inline(always)]
     pub fn push(&mut self, p: PktBuf) -> Option<PktBuf> {
-        if self.is_full() {
+        let len = self.pkts.len();
+        if len >= MAX_BATCH {
             return Some(p);
         }
-        self.pkts.push(p);
+        // Not `Vec::push`, which would check the capacity a second time
+        // and keep a path that grows the vector.
+        // SAFETY: the vector was made with room for MAX_BATCH packets and
+        // nothing here shrinks it, so slot `len` < MAX_BATCH is allocated
+        // and unused; it is written before the length covers it.
+        unsafe {
+            self.pkts.as_mut_ptr().add(len).write(p);
+            self.pkts.set_len(len + 1);
+        }
         None
     }
     #[inline(always)]

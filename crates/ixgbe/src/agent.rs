@@ -25,6 +25,7 @@ use crate::device::{Device, QueueClaim};
 use crate::error::InitError;
 use crate::queue_setup::{self, RxDescType, TxThresholds};
 use crate::regs;
+use nfkit_hw::dma::DmaSlots;
 use nfkit_hw::{Bar, DmaRegion};
 use std::sync::Arc;
 
@@ -38,6 +39,9 @@ pub const FLUSH_PERIOD: usize = 8;
 /// Every this many descriptors one requests status (RS): the device then
 /// writes the transmit head back, and the receive tail is recomputed.
 pub const RECYCLE_PERIOD: usize = 64;
+// Flush points are ring positions, and every recycle point is one.
+const _: () =
+    assert!(FLUSH_PERIOD.is_power_of_two() && RECYCLE_PERIOD.is_multiple_of(FLUSH_PERIOD));
 /// Bytes between two written-back heads: one cache line each.
 const HEAD_STRIDE: usize = 64;
 
@@ -91,6 +95,9 @@ struct Output<B> {
     /// The output device's BAR and the offset of this queue's TDT.
     bar: Arc<B>,
     tail_offset: usize,
+    /// Descriptors of this output that sent nothing (null, or an invalid
+    /// length): the packets sent are the others.
+    unsent: u64,
 }
 
 /// One input and its outputs. `Send`: run one per core, or several on
@@ -102,17 +109,24 @@ pub struct Agent<B: Bar> {
     rx_ring: DescRing,
     rx_tail_offset: usize,
     outputs: Vec<Output<B>>,
-    buffers: DmaRegion,
+    /// Buffer `i` for descriptor `i` of every ring.
+    buffers: DmaSlots<BUFFER_SIZE>,
     heads: DmaRegion,
-    /// Per-output lengths for the packet being handled (set-up allocation).
-    lens: Vec<u16>,
+    /// Per-output lengths for the packet being handled (the handler
+    /// sees the first `outputs.len()`), all 0 between packets: the
+    /// transmit loop takes each one, so no reset pass (`memset`) runs.
+    lens: [u16; MAX_OUTPUTS],
     mask: usize,
     /// Next descriptor to process.
     next: usize,
-    /// Packets processed since the transmit tails were last written.
-    unflushed: usize,
+    /// Last value written to the TDTs.
+    tx_tail: usize,
     /// Last value written to RDT.
     rx_tail: usize,
+    /// Descriptors processed, good or not: the per-packet counters are
+    /// derived from it and from the rarer events (errors, nulls) when
+    /// [`Agent::run_once`] returns.
+    processed: u64,
     stats: AgentStats,
 }
 
@@ -133,6 +147,7 @@ impl<B: Bar + 'static> Agent<B> {
         let dma = input.dma();
         let buffers = dma
             .allocate(size * BUFFER_SIZE, false)
+            .and_then(|region| DmaSlots::new(region, size))
             .map_err(|e| InitError::Config(format!("agent buffers: {e}")))?;
         let heads = dma
             .allocate(4096.max(MAX_OUTPUTS * HEAD_STRIDE), true)
@@ -164,11 +179,12 @@ impl<B: Bar + 'static> Agent<B> {
             outputs: outs,
             buffers,
             heads,
-            lens: vec![0; n],
+            lens: [0; MAX_OUTPUTS],
             mask: size - 1,
             next: 0,
-            unflushed: 0,
+            tx_tail: 0,
             rx_tail: size - 1,
+            processed: 0,
             stats: AgentStats {
                 tx_packets: vec![0; n],
                 ..AgentStats::default()
@@ -199,9 +215,9 @@ fn check_config(size: usize, outputs: usize, page_size: usize) -> Result<(), Ini
 }
 
 /// Descriptor `i` gets the address of buffer `i`, once and for all.
-fn point_at_buffers(ring: &DescRing, buffers: &DmaRegion) {
+fn point_at_buffers(ring: &DescRing, buffers: &DmaSlots<BUFFER_SIZE>) {
     for i in 0..ring.size() {
-        ring.write_q0(i, buffers.device_addr_at(i * BUFFER_SIZE));
+        ring.write_q0(i, buffers.device_addr(i));
         ring.write_q1(i, 0);
     }
 }
@@ -210,7 +226,7 @@ fn point_at_buffers(ring: &DescRing, buffers: &DmaRegion) {
 /// started so no enabled queue is left pointing at freed memory.
 fn start_outputs<B: Bar + 'static>(
     outputs: &[(&Device<B>, usize)],
-    buffers: &DmaRegion,
+    buffers: &DmaSlots<BUFFER_SIZE>,
     heads: &DmaRegion,
     size: usize,
 ) -> Result<Vec<Output<B>>, InitError> {
@@ -234,7 +250,7 @@ impl<B: Bar + 'static> Output<B> {
     fn start(
         device: &Device<B>,
         tx_queue: usize,
-        buffers: &DmaRegion,
+        buffers: &DmaSlots<BUFFER_SIZE>,
         head_addr: u64,
         size: usize,
     ) -> Result<Output<B>, InitError> {
@@ -261,6 +277,7 @@ impl<B: Bar + 'static> Output<B> {
             tail_offset: regs::TDT.at(tx_queue),
             claim,
             ring,
+            unsent: 0,
         })
     }
 }
@@ -286,13 +303,16 @@ impl<B: Bar> Agent<B> {
     /// buffers instead.
     #[inline]
     pub fn run_once<H: PacketHandler + ?Sized>(&mut self, handler: &mut H) -> usize {
-        for done in 0..FLUSH_PERIOD {
-            if !self.process_one(handler) {
-                self.on_idle();
-                return done;
-            }
+        let mut done = 0;
+        while done < FLUSH_PERIOD && self.process_one(handler) {
+            done += 1;
         }
-        FLUSH_PERIOD
+        if done < FLUSH_PERIOD {
+            self.on_idle();
+        }
+        self.processed += done as u64;
+        self.update_stats();
+        done
     }
 
     /// Number of outputs.
@@ -305,6 +325,8 @@ impl<B: Bar> Agent<B> {
         &self.stats
     }
 
+    /// Handle the packet in descriptor `next`, if the device is done
+    /// with it.
     #[inline(always)]
     fn process_one<H: PacketHandler + ?Sized>(&mut self, handler: &mut H) -> bool {
         let i = self.next;
@@ -312,75 +334,110 @@ impl<B: Bar> Agent<B> {
         if status & legacy_rx::DD == 0 {
             return false;
         }
-        self.lens.fill(0);
-        let len = (status & legacy_rx::LENGTH_MASK) as usize;
-        if status & legacy_rx::FRAME_ERRORS != 0
-            || status & legacy_rx::EOP == 0
-            || len > BUFFER_SIZE
-        {
+        // One test for "EOP set, no frame error (§7.1.5.1) and a length
+        // below BUFFER_SIZE". Jumbo frames are off, so no good frame
+        // comes near 2 KiB; a length that fills the buffer or more is the
+        // device misbehaving.
+        const LONG: u64 = legacy_rx::LENGTH_MASK & !(BUFFER_SIZE as u64 - 1);
+        const CHECKED: u64 = legacy_rx::FRAME_ERRORS | legacy_rx::EOP | LONG;
+        if status & CHECKED == legacy_rx::EOP {
+            let len = (status & legacy_rx::LENGTH_MASK) as usize;
+            let lens = &mut self.lens[..self.outputs.len()];
+            handler.handle(self.buffers.slot_mut(i), len, lens);
+        } else {
             self.stats.rx_errors += 1;
-        } else if let Some(buffer) = self.buffers.slice_mut(i * BUFFER_SIZE, BUFFER_SIZE) {
-            self.stats.rx_packets += 1;
-            handler.handle(buffer, len, &mut self.lens);
         }
         self.transmit(i);
         true
     }
 
     /// Queue descriptor `i` on every output (null where not sent), re-arm
-    /// the receive descriptor, advance.
+    /// the receive descriptor, advance; every [`FLUSH_PERIOD`] descriptors
+    /// hand the outputs their new tails.
     #[inline(always)]
     fn transmit(&mut self, i: usize) {
-        let status_request = if i % RECYCLE_PERIOD == RECYCLE_PERIOD - 1 {
-            legacy_tx::CMD_RS
-        } else {
-            0
-        };
-        let command = legacy_tx::CMD_EOP | legacy_tx::CMD_IFCS | status_request;
-        for (k, out) in self.outputs.iter().enumerate() {
-            let mut len = self.lens[k] as usize;
-            if len > BUFFER_SIZE {
-                self.stats.invalid_lengths += 1;
-                len = 0;
+        for (k, out) in self.outputs.iter_mut().enumerate() {
+            // Taking the length leaves 0 for the next packet (k is below
+            // MAX_OUTPUTS; the mask only spares a bounds check).
+            let mut len = std::mem::take(&mut self.lens[k % MAX_OUTPUTS]) as u64;
+            // One comparison for the common case, 1..=BUFFER_SIZE.
+            if len.wrapping_sub(1) >= BUFFER_SIZE as u64 {
+                out.unsent += 1;
+                if len != 0 {
+                    self.stats.invalid_lengths += 1;
+                    len = 0;
+                }
             }
-            if len > 0 {
-                self.stats.tx_packets[k] += 1;
-            }
-            out.ring.write_q1(i, len as u64 | command);
+            out.ring
+                .write_q1(i, len | legacy_tx::CMD_EOP | legacy_tx::CMD_IFCS);
         }
         // Clear DD: the descriptor goes back to the device when the
         // receive tail passes it, after every output has sent buffer i.
         self.rx_ring.write_q1(i, 0);
-        self.next = (i + 1) & self.mask;
-        self.unflushed += 1;
-        if self.unflushed == FLUSH_PERIOD {
-            self.flush_tx_tails();
+        let next = (i + 1) & self.mask;
+        self.next = next;
+        // Flush and recycle points are fixed ring positions.
+        if next.is_multiple_of(FLUSH_PERIOD) {
+            self.end_flush_group(i);
         }
-        if status_request != 0 {
+    }
+
+    /// After descriptor `i`, the last of a flush group: hand the outputs
+    /// their new tails; at the end of a recycle group, first request
+    /// status on `i`, and afterwards recycle.
+    #[inline(never)]
+    fn end_flush_group(&mut self, i: usize) {
+        let recycle_point = self.next.is_multiple_of(RECYCLE_PERIOD);
+        if recycle_point {
+            self.request_status(i);
+        }
+        self.flush_tx_tails();
+        if recycle_point {
             self.recycle();
+        }
+    }
+
+    /// Set RS on descriptor `i` of every output (the last of a recycle
+    /// group, not yet handed to the device): once it is sent, the device
+    /// writes its head back (§7.2.3.5.2, TDWBAL/TDWBAH), which is all
+    /// [`Self::recycle`] reads. Done here, once per group, rather than as
+    /// a per-packet choice of command.
+    fn request_status(&mut self, i: usize) {
+        for out in &self.outputs {
+            out.ring
+                .write_q1(i, out.ring.read_q1(i) | legacy_tx::CMD_RS);
+        }
+    }
+
+    /// Derive the per-packet counters from the descriptors processed.
+    #[inline(always)]
+    fn update_stats(&mut self) {
+        let stats = &mut self.stats;
+        stats.rx_packets = self.processed - stats.rx_errors;
+        for (count, out) in stats.tx_packets.iter_mut().zip(&self.outputs) {
+            *count = self.processed - out.unsent;
         }
     }
 
     #[cold]
     fn on_idle(&mut self) {
-        if self.unflushed > 0 {
+        if self.tx_tail != self.next {
             self.flush_tx_tails();
         }
         self.recycle();
     }
 
-    #[inline(always)]
+    /// TDT = next on every output: the device may send up to here.
     fn flush_tx_tails(&mut self) {
         for out in &self.outputs {
             out.bar.write32(out.tail_offset, self.next as u32);
         }
-        self.unflushed = 0;
+        self.tx_tail = self.next;
     }
 
     /// Let the device receive into every buffer all outputs are done
     /// with: RDT = (slowest head - 1), leaving the one-descriptor gap that
     /// tells a full ring from an empty one.
-    #[inline(always)]
     fn recycle(&mut self) {
         let heads = (0..self.outputs.len()).map(|k| self.heads.read_u32(k * HEAD_STRIDE) as usize);
         let slowest = slowest_head(self.next, heads, self.mask);

@@ -2,12 +2,14 @@
 //! descriptor ring memory they live in.
 //!
 //! Descriptors are 16 bytes: two little-endian quadwords. The driver
-//! touches them only through the atomic accessors of [`DmaRegion`].
+//! touches them only through the atomic accessors of
+//! [`nfkit_hw::dma::DescRing`].
 
 use crate::error::InitError;
-use nfkit_hw::{DmaAllocator, DmaRegion};
+use nfkit_hw::dma::Desc;
+use nfkit_hw::DmaAllocator;
 
-pub const DESC_BYTES: usize = 16;
+pub const DESC_BYTES: usize = nfkit_hw::dma::DESC_BYTES;
 
 /// Legacy receive descriptor, write-back quadword 1 (§7.1.5.1).
 pub mod legacy_rx {
@@ -62,11 +64,12 @@ pub const MAX_RING: usize = 8192;
 pub const MIN_RING: usize = 64;
 
 /// A descriptor ring: DMA memory contiguous in device address space,
-/// 128-byte aligned, a power-of-two number of descriptors.
+/// 128-byte aligned, a power-of-two number of descriptors. Indices wrap
+/// (the hardware-access layer checks the memory once, at creation, so a
+/// descriptor access on the data path is one masked load or store).
 #[derive(Debug)]
 pub struct DescRing {
-    mem: DmaRegion,
-    size: usize,
+    mem: nfkit_hw::dma::DescRing,
 }
 
 impl DescRing {
@@ -85,29 +88,40 @@ impl DescRing {
                 mem.device_addr()
             )));
         }
-        Ok(DescRing { mem, size })
+        let mem = nfkit_hw::dma::DescRing::new(mem, size)
+            .map_err(|e| InitError::Config(e.to_string()))?;
+        Ok(DescRing { mem })
     }
 
     pub fn size(&self) -> usize {
-        self.size
+        self.mem.entries()
     }
     pub fn device_addr(&self) -> u64 {
-        self.mem.device_addr()
+        self.mem.region().device_addr()
     }
     pub fn bytes(&self) -> usize {
-        self.size * DESC_BYTES
+        self.size() * DESC_BYTES
     }
+    /// Descriptor `i mod size`, for several accesses at one place.
+    #[inline(always)]
+    pub fn desc(&self, i: usize) -> &Desc {
+        self.mem.desc(i)
+    }
+    /// Quadword 1 of descriptor `i mod size` (status write-back).
     #[inline(always)]
     pub fn read_q1(&self, i: usize) -> u64 {
-        self.mem.read_u64(i * DESC_BYTES + 8)
+        self.mem.read_q1(i)
     }
+    /// Quadword 0 of descriptor `i mod size` (buffer address).
     #[inline(always)]
     pub fn write_q0(&self, i: usize, v: u64) {
-        self.mem.write_u64(i * DESC_BYTES, v)
+        self.mem.write_q0(i, v)
     }
+    /// Quadword 1 of descriptor `i mod size` (command, length; 0 clears
+    /// a receive descriptor's DD).
     #[inline(always)]
     pub fn write_q1(&self, i: usize, v: u64) {
-        self.mem.write_u64(i * DESC_BYTES + 8, v)
+        self.mem.write_q1(i, v)
     }
 }
 

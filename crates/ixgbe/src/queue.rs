@@ -7,7 +7,7 @@ use crate::device::{Device, QueueClaim};
 use crate::error::InitError;
 use crate::queue_setup::{self, RxDescType, TxThresholds};
 use crate::regs;
-use nfkit_hw::pool::MAX_BATCH;
+use nfkit_hw::pool::{RxBuffers, MAX_BATCH};
 use nfkit_hw::{Bar, Batch, Mempool, PktBuf, PoolCache};
 use std::sync::Arc;
 
@@ -36,8 +36,7 @@ pub struct RxQueue<B: Bar> {
     bar: Arc<B>,
     ring: DescRing,
     /// The buffer each descriptor points at (always one per descriptor).
-    bufs: Vec<PktBuf>,
-    cache: PoolCache,
+    bufs: RxBuffers,
     mask: usize,
     next: usize,
     tail_offset: usize,
@@ -69,18 +68,15 @@ impl<B: Bar + 'static> RxQueue<B> {
         }
         let claim = device.take_rx(q)?;
         let ring = DescRing::new(device.dma(), ring_size)?;
-        let mut cache = pool.cache(ring_size.max(MAX_BATCH * 2));
-        let mut bufs = Vec::with_capacity(ring_size);
+        let bufs = RxBuffers::new(pool, ring_size).ok_or_else(|| {
+            InitError::Config(format!(
+                "pool `{}` ran out filling a {ring_size}-descriptor receive ring",
+                pool.name()
+            ))
+        })?;
         for i in 0..ring_size {
-            let buf = cache.alloc().ok_or_else(|| {
-                InitError::Config(format!(
-                    "pool `{}` ran out filling a {ring_size}-descriptor receive ring",
-                    pool.name()
-                ))
-            })?;
-            ring.write_q0(i, buf.rx_device_addr());
+            ring.write_q0(i, bufs.rx_device_addr(i));
             ring.write_q1(i, 0);
-            bufs.push(buf);
         }
         let kib = (pool.data_room() / 1024).min(16) as u32;
         queue_setup::start_rx_queue(
@@ -98,7 +94,6 @@ impl<B: Bar + 'static> RxQueue<B> {
             claim,
             ring,
             bufs,
-            cache,
             mask: ring_size - 1,
             next: 0,
             discarding: false,
@@ -113,44 +108,42 @@ impl<B: Bar> RxQueue<B> {
     /// the tail is written once per call. If the pool is empty, receiving
     /// stops early and the packets wait in the ring.
     pub fn rx_batch(&mut self, batch: &mut Batch) -> usize {
+        let first = self.next;
+        let mut i = first;
         let mut added = 0;
-        let mut consumed_any = false;
-        while !batch.is_full() {
-            let i = self.next;
-            let status = self.ring.read_q1(i);
+        let room = batch.room();
+        while added < room {
+            let desc = self.ring.desc(i);
+            let status = desc.read_q1();
             if status & adv_rx::DD == 0 {
                 break;
             }
-            let Some(fresh) = self.cache.alloc() else {
-                break;
-            };
-            self.ring.write_q0(i, fresh.rx_device_addr());
-            self.ring.write_q1(i, 0);
-            let mut pkt = std::mem::replace(&mut self.bufs[i], fresh);
-            self.next = (i + 1) & self.mask;
-            consumed_any = true;
-            let end_of_packet = status & adv_rx::EOP != 0;
-            let good = !self.discarding && end_of_packet && status & adv_rx::FRAME_ERRORS == 0;
-            self.discarding = !end_of_packet;
-            if !good {
-                if end_of_packet {
-                    self.counters.errors += 1;
-                }
-                self.cache.free(pkt);
-                continue;
+            // One test for "a whole frame without errors" (§7.1.6.2),
+            // unless a frame spanning descriptors is being discarded.
+            if status & (adv_rx::EOP | adv_rx::FRAME_ERRORS) == adv_rx::EOP && !self.discarding {
+                let len = ((status >> adv_rx::LENGTH_SHIFT) & adv_rx::LENGTH_MASK) as usize;
+                let Some((pkt, fresh)) = self.bufs.take(i, len) else {
+                    break;
+                };
+                desc.write_q0(fresh);
+                self.counters.bytes += len as u64;
+                batch.push(pkt);
+                added += 1;
+            } else {
+                drop_frame(status, &mut self.discarding, &mut self.counters);
+                // The buffer stays and is lent again.
+                desc.write_q0(self.bufs.rx_device_addr(i));
             }
-            let len = ((status >> adv_rx::LENGTH_SHIFT) & adv_rx::LENGTH_MASK) as usize;
-            pkt.set_received(len);
-            self.counters.packets += 1;
-            self.counters.bytes += len as u64;
-            batch.push(pkt);
-            added += 1;
+            desc.write_q1(0);
+            i = (i + 1) & self.mask;
         }
-        if consumed_any {
+        if i != first {
+            self.next = i;
             // The last consumed descriptor is the new gap.
-            let tail = self.next.wrapping_sub(1) & self.mask;
+            let tail = i.wrapping_sub(1) & self.mask;
             self.bar.write32(self.tail_offset, tail as u32);
         }
+        self.counters.packets += added as u64;
         added
     }
 
@@ -161,6 +154,18 @@ impl<B: Bar> RxQueue<B> {
     pub fn counters(&self) -> QueueCounters {
         self.counters
     }
+}
+
+/// A descriptor that does not end a good frame: a frame error, or part
+/// of a frame spanning descriptors (dropped whole, counted once at its
+/// end).
+#[cold]
+fn drop_frame(status: u64, discarding: &mut bool, counters: &mut QueueCounters) {
+    let end_of_packet = status & adv_rx::EOP != 0;
+    if end_of_packet {
+        counters.errors += 1;
+    }
+    *discarding = !end_of_packet;
 }
 
 impl<B: Bar> Drop for RxQueue<B> {
@@ -252,15 +257,14 @@ impl<B: Bar> TxQueue<B> {
         let in_flight = self.next.wrapping_sub(self.clean) & self.mask;
         let room = self.mask - in_flight;
         let take = room.min(batch.len());
-        let mut sent = 0;
+        let first = self.next;
+        let mut i = first;
         for pkt in batch.drain_front(take) {
             let len = pkt.len();
             if len == 0 || len > adv_tx::LENGTH_MASK as usize {
                 self.counters.errors += 1;
-                self.cache.free(pkt);
                 continue;
             }
-            let i = self.next;
             let status_request = if i % TX_CLEAN_BATCH == TX_CLEAN_BATCH - 1 {
                 adv_tx::CMD_RS
             } else {
@@ -272,17 +276,18 @@ impl<B: Bar> TxQueue<B> {
                 | adv_tx::CMD_EOP
                 | adv_tx::CMD_IFCS
                 | status_request;
-            self.ring.write_q0(i, pkt.device_addr());
-            self.ring
-                .write_q1(i, cmd_type_len | ((len as u64) << adv_tx::PAYLEN_SHIFT));
-            self.counters.packets += 1;
+            let desc = self.ring.desc(i);
+            desc.write_q0(pkt.device_addr());
+            desc.write_q1(cmd_type_len | ((len as u64) << adv_tx::PAYLEN_SHIFT));
             self.counters.bytes += len as u64;
             self.bufs[i] = Some(pkt);
-            self.next = (i + 1) & self.mask;
-            sent += 1;
+            i = (i + 1) & self.mask;
         }
+        let sent = i.wrapping_sub(first) & self.mask;
         if sent > 0 {
-            self.bar.write32(self.tail_offset, self.next as u32);
+            self.next = i;
+            self.counters.packets += sent as u64;
+            self.bar.write32(self.tail_offset, i as u32);
         }
         sent
     }
@@ -300,11 +305,8 @@ impl<B: Bar> TxQueue<B> {
             if self.ring.read_q1(last) & adv_tx::DD == 0 {
                 return;
             }
-            for i in self.clean..=last {
-                if let Some(pkt) = self.bufs[i].take() {
-                    self.cache.free(pkt);
-                }
-            }
+            let group = self.bufs[self.clean..=last].iter_mut();
+            self.cache.free_bulk(group.filter_map(Option::take));
             self.clean = (last + 1) & self.mask;
         }
     }
