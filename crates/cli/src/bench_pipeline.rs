@@ -27,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use nfkit_pipeline::PipelineStats;
 use nfkit_port::{OpenOptions, Registry};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The target of issue #5: the pipeline at least as fast as DPDK.
@@ -145,10 +146,15 @@ fn sleep_unless(d: Duration, stop: &AtomicBool) {
 /// testpmd io forwarding over two `net_null` ports: Mpps per core, and
 /// cycles per packet by the same method as the pipeline plus testpmd's
 /// own figure.
-fn measure_dpdk(seconds: u64, hz: f64) -> Result<(Measured, Option<f64>, String)> {
+fn measure_dpdk(
+    seconds: u64,
+    hz: f64,
+    stop: &Arc<AtomicBool>,
+) -> Result<(Measured, Option<f64>, String)> {
     let run = Testpmd::new(["net_null0,size=60", "net_null1,size=60"], seconds)
         .warmup_periods(1)
         .measure_cpu(true)
+        .abort_on(stop.clone())
         .run()?;
     let pps: f64 = run.ports.iter().map(|p| p.rx_pps).sum();
     let cycles = run
@@ -182,7 +188,7 @@ pub fn pipeline(seconds: u64) -> Result<()> {
         let m = measure_pipeline(&case, seconds, hz, &stop).map_err(|e| format!("{e:#}"));
         rows.push((case.name, m));
     }
-    let dpdk = measure_dpdk(seconds, hz);
+    let dpdk = measure_dpdk(seconds, hz, &stop);
     print_report(seconds, hz, &rows, &dpdk);
     Ok(())
 }

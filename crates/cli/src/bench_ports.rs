@@ -146,7 +146,7 @@ pub fn run(opts: &PortsOptions) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-fn run_case(case: Case, opts: &PortsOptions, stop: &AtomicBool) -> Result<Row> {
+fn run_case(case: Case, opts: &PortsOptions, stop: &Arc<AtomicBool>) -> Result<Row> {
     let veth = if case.uses_veth() {
         Some(quiet_veth().context("making the veth pair")?)
     } else {
@@ -155,10 +155,19 @@ fn run_case(case: Case, opts: &PortsOptions, stop: &AtomicBool) -> Result<Row> {
     let specs = case.nfkit_specs(veth.as_ref());
     let burst = if case.uses_veth() { opts.burst } else { 0 };
     let nfkit = nfkit_mpps(&specs, burst, opts.seconds, stop).map_err(|e| format!("{e:#}"));
+    if stop.load(Ordering::Relaxed) {
+        return Ok(Row {
+            case: case.name().into(),
+            nfkit,
+            dpdk: Err("interrupted".into()),
+            target: case.target(),
+        });
+    }
     let dpdk = Testpmd::new(case.dpdk_vdevs(veth.as_ref()), opts.seconds)
         .tx_first(case.uses_veth())
         .burst((case.uses_veth() && opts.burst != 32).then_some(opts.burst))
         .warmup_periods(1)
+        .abort_on(stop.clone())
         .run()
         .map(|r| r.mean_rx_pps() / 1e6)
         .map_err(|e| e.to_string());

@@ -18,7 +18,8 @@ use nfkit_hw::linux::{Hugepages, Reservation};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The program run.
@@ -61,6 +62,8 @@ pub enum TestpmdError {
         status: String,
         tail: String,
     },
+    #[error("interrupted before testpmd printed enough statistics")]
+    Interrupted,
     #[error("`{command}` printed no throughput figures; its last lines:\n{tail}")]
     NoStats { command: String, tail: String },
 }
@@ -94,6 +97,8 @@ pub struct Testpmd {
     /// the steady periods, and ask testpmd for its own cycles per packet
     /// (`--record-core-cycles`).
     pub measure_cpu: bool,
+    /// Stop early (as at the end of the run) once this is set: Ctrl-C.
+    pub abort: Option<Arc<AtomicBool>>,
 }
 
 /// The thread testpmd's first forwarding lcore runs on (DPDK 22.11 names
@@ -154,6 +159,7 @@ impl Testpmd {
             burst: None,
             warmup_periods: 0,
             measure_cpu: false,
+            abort: None,
         }
     }
 
@@ -175,6 +181,17 @@ impl Testpmd {
     pub fn measure_cpu(mut self, on: bool) -> Testpmd {
         self.measure_cpu = on;
         self
+    }
+
+    pub fn abort_on(mut self, flag: Arc<AtomicBool>) -> Testpmd {
+        self.abort = Some(flag);
+        self
+    }
+
+    fn aborted(&self) -> bool {
+        self.abort
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
     }
 
     /// The arguments after the program name. `prefix` names this run's
@@ -249,6 +266,7 @@ impl Testpmd {
         let skip = 1 + self.warmup_periods;
         let Some(ports) = steady_average(&periods, skip) else {
             return Err(match status {
+                _ if self.aborted() => TestpmdError::Interrupted,
                 Some(s) if !s.success() => TestpmdError::Failed {
                     command,
                     status: s.to_string(),
@@ -300,7 +318,7 @@ impl Testpmd {
                     .and_then(|pid| thread_cpu_time(pid, FORWARDING_THREAD))
                     .map(|t| (Instant::now(), t));
             }
-            if blocks >= wanted {
+            if blocks >= wanted || self.aborted() {
                 break;
             }
             if started.elapsed() > limit {
