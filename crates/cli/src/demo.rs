@@ -215,7 +215,7 @@ fn forward_agents(
     let mut rounds = 0u32;
     nfkit_ixgbe::run(&mut agents, &mut handlers, || {
         rounds = rounds.wrapping_add(1);
-        if rounds % 1024 == 0 {
+        if rounds.is_multiple_of(1024) {
             ticker.tick(load);
         }
         !stop.load(Ordering::Relaxed)

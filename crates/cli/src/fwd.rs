@@ -109,8 +109,8 @@ impl Lines {
 
     fn print(&mut self, now: [QueueStats; 2]) {
         let over = self.at.elapsed();
-        for i in 0..2 {
-            for l in stats::diff_lines(&self.names[i], &self.last[i], &now[i], over) {
+        for ((name, last), now) in self.names.iter().zip(&self.last).zip(&now) {
+            for l in stats::diff_lines(name, last, now, over) {
                 println!("{l}");
             }
         }
@@ -187,7 +187,7 @@ fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Re
     let mut rounds = 0u32;
     nfkit_ixgbe::run(&mut agents, &mut handlers, || {
         rounds = rounds.wrapping_add(1);
-        if rounds % 4096 == 0 && at.elapsed() >= Duration::from_secs(1) {
+        if rounds.is_multiple_of(4096) && at.elapsed() >= Duration::from_secs(1) {
             let over = at.elapsed();
             for (i, d) in devs.iter().enumerate() {
                 let s = d.stats();

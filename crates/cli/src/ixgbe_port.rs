@@ -10,6 +10,7 @@ use nfkit_port::{LinkStatus, Port, QueueStats};
 pub const RING_SIZE: usize = 512;
 /// Pool entry size: the data room must hold [`MIN_RX_DATA_ROOM`].
 pub const BUF_SIZE: usize = 2 * DEFAULT_BUF_SIZE;
+const _: () = assert!(BUF_SIZE - nfkit_hw::pool::HEADROOM >= MIN_RX_DATA_ROOM);
 
 /// The queues of one 82599 as a [`Port`].
 pub struct IxgbePort<B: Bar + 'static> {
@@ -30,7 +31,6 @@ impl<B: Bar + 'static> IxgbePort<B> {
     ) -> Result<IxgbePort<B>, InitError> {
         let (nrx, ntx) = (dev.config().rx_queues, dev.config().tx_queues);
         let buffers = ((nrx + ntx) * RING_SIZE * 2).max(4096);
-        debug_assert!(BUF_SIZE - nfkit_hw::pool::HEADROOM >= MIN_RX_DATA_ROOM);
         let pool = Mempool::new(dma, name, buffers, BUF_SIZE)
             .map_err(|e| InitError::Config(format!("pool for {name}: {e}")))?;
         let rx = (0..nrx)
