@@ -196,10 +196,8 @@ fn pci_mode(img: &Image, vfio: bool) -> Result<Outcome> {
     });
     let counts = wire.finish();
     let console = console?;
-    check_pci(&console, &counts).map_err(|e| {
-        eprintln!("--- serial console ---\n{console}\n--- end ---");
-        e
-    })
+    check_pci(&console, &counts)
+        .inspect_err(|_| eprintln!("--- serial console ---\n{console}\n--- end ---"))
 }
 
 /// The guest side of a PCI mode. NIC 0 is the legacy device, NIC 1 the
@@ -216,6 +214,8 @@ echo "modern device driver: $(basename $(readlink /sys/bus/pci/devices/$M/driver
     format!(
         r#"#!/bin/sh
 echo 64 > /proc/sys/vm/nr_hugepages
+# nfkit says how it reaches the modern device's registers
+export RUST_LOG=nfkit_virtio=debug
 find_dev() {{
   for d in /sys/bus/pci/devices/*; do
     [ "$(cat $d/vendor)" = 0x1af4 ] && [ "$(cat $d/device)" = "$1" ] && basename $d
@@ -241,6 +241,9 @@ fn check_pci(console: &str, counts: &wire::Counts) -> Result<Outcome> {
         if !console.contains(&format!("STEP {step} exit=0")) {
             bail!("`nfkit {step}` did not exit with 0 in the guest");
         }
+    }
+    if !console.contains("modern registers through mapped BARs") {
+        bail!("nfkit did not reach the modern device's registers through its mapped BAR");
     }
     // `[Device: pci:X] sent S packets, received R back, ...`, one per
     // NIC in port order.

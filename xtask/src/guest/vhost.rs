@@ -92,7 +92,7 @@ fn qemu(img: &Image, sock: &Path) -> Command {
         .args(["-netdev", "vhost-user,id=n0,chardev=c0"])
         .args([
             "-device",
-            "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile=",
+            "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile=,vectors=0",
         ]);
     c
 }
@@ -174,6 +174,7 @@ impl Bridge {
         let _ = fs::remove_file(sock);
         let out = fs::File::create(log)?;
         let child = Command::new(nfkit)
+            .env("RUST_LOG", "nfkit_virtio=debug")
             .args(["nf", "bridge", "--port"])
             .arg(format!("vhost-user:{}", sock.display()))
             .args(["--port", &format!("afpacket:{veth}"), "--seconds", "300"])

@@ -83,6 +83,8 @@ struct Session {
     features: u64,
     protocol: u64,
     hdr_len: usize,
+    /// A SET_VRING_ENABLE came before the features were set.
+    early_enable: bool,
 }
 
 impl Session {
@@ -93,6 +95,7 @@ impl Session {
             features: 0,
             protocol: 0,
             hdr_len: crate::spec::net::HDR_LEN_LEGACY,
+            early_enable: false,
         }
     }
 }
@@ -261,6 +264,19 @@ fn serve_one(stream: UnixStream, shared: &Arc<Shared>) {
             Err(VuError::ReqHandlerError(e)) => {
                 tracing::debug!("vhost-user request refused: {e}");
             }
+            // QEMU (7.2) sends SET_VRING_ENABLE(1) for the rings it will
+            // use *before* SET_FEATURES acks VHOST_USER_F_PROTOCOL_FEATURES
+            // (it "restores" the enable state before starting the device)
+            // and does not send it again. The vhost crate refuses such a
+            // request before we see it, so what it said is lost; the
+            // message was read whole, so the stream is in step. We take
+            // it as QEMU means it: the rings start enabled.
+            Err(VuError::InactiveFeature(f)) => {
+                shared.session.lock().early_enable = true;
+                tracing::debug!(
+                    "vhost-user: SET_VRING_ENABLE before {f:?} was acked: rings start enabled"
+                );
+            }
             Err(VuError::Disconnected)
             | Err(VuError::PartialMessage)
             | Err(VuError::SocketBroken(_)) => return,
@@ -352,8 +368,9 @@ impl VhostUserBackendReqHandlerMut for Handler {
             crate::spec::net::HDR_LEN_LEGACY
         };
         let event_idx = features & feature::F_EVENT_IDX != 0;
-        // Without PROTOCOL_FEATURES rings are enabled as they start.
-        let implied = features & feature::VHOST_USER_F_PROTOCOL_FEATURES == 0;
+        // Without PROTOCOL_FEATURES rings are enabled as they start; with
+        // it, after an early SET_VRING_ENABLE (see `serve_one`) too.
+        let implied = features & feature::VHOST_USER_F_PROTOCOL_FEATURES == 0 || s.early_enable;
         for v in s.vrings.iter_mut() {
             v.queue.set_event_idx(event_idx);
             if implied {
