@@ -267,6 +267,10 @@ pub struct NfSummary {
     pub table: Vec<String>,
 }
 
+/// Counters of a run: per port, the port's own, packets sent there, and
+/// packets the port refused.
+type PortCounts = (Vec<QueueStats>, Vec<u64>, Vec<u64>);
+
 pub fn run(args: &NfArgs) -> Result<NfSummary> {
     let specs: Vec<PortSpec> = args
         .ports
@@ -287,11 +291,16 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
             specs.len()
         );
     }
-    if sim {
-        let (ports, refused) = run_sim(args, &mut built)?;
-        let sent = ports.iter().map(|p| p.tx_packets).collect();
-        return finish(args, &mut built, ports, sent, refused);
-    }
+    let (ports, sent, refused) = if sim {
+        run_sim(args, &mut built)?
+    } else {
+        run_ports(args, &specs, &mut built)?
+    };
+    finish(args, &mut built, ports, sent, refused)
+}
+
+/// The NF between ports opened through the command's registry.
+fn run_ports(args: &NfArgs, specs: &[PortSpec], built: &mut Built) -> Result<PortCounts> {
     let lab = SimLab::new(
         SimWire::Load {
             frame_len: 60,
@@ -308,32 +317,16 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
     let stop = crate::fwd::stop_flag(args.seconds);
     lab.start_load();
     let mut lines = Lines::new(&ports);
-    let name = args.name.clone();
-    let every_second = args.table_every_second;
-    let (sent, send_dropped) = match args.model {
-        Model::Queue => run_queue(
-            &mut built,
-            &mut ports,
-            &stop,
-            &mut lines,
-            &name,
-            every_second,
-        )?,
-        Model::Agent => run_agents(
-            &mut built,
-            &mut ports,
-            &stop,
-            &mut lines,
-            &name,
-            every_second,
-        )?,
+    let (name, every_second) = (args.name.as_str(), args.table_every_second);
+    let (sent, refused) = match args.model {
+        Model::Queue => run_queue(built, &mut ports, &stop, &mut lines, name, every_second)?,
+        Model::Agent => run_agents(built, &mut ports, &stop, &mut lines, name, every_second)?,
     };
     lab.stop_load();
     for p in ports.iter_mut() {
         p.flush()?;
     }
-    let port_stats = ports.iter().map(|p| p.stats()).collect();
-    finish(args, &mut built, port_stats, sent, send_dropped)
+    Ok((ports.iter().map(|p| p.stats()).collect(), sent, refused))
 }
 
 /// Print the summary and check the NF's books.
@@ -367,9 +360,8 @@ fn all_sim(specs: &[PortSpec]) -> bool {
         .all(|s| matches!(s, PortSpec::Sim(n) if seen.insert(*n)))
 }
 
-/// The NF on simulated 82599s with its workload feeding its input port;
-/// returns the devices' counters and the packets each refused.
-fn run_sim(args: &NfArgs, built: &mut Built) -> Result<(Vec<QueueStats>, Vec<u64>)> {
+/// The NF on simulated 82599s with its workload feeding its input port.
+fn run_sim(args: &NfArgs, built: &mut Built) -> Result<PortCounts> {
     let n = args.ports.len();
     let nics = SimNics::free_running(n)?;
     let w = workload(&args.name, FLOWS)?;
@@ -424,7 +416,9 @@ fn run_sim(args: &NfArgs, built: &mut Built) -> Result<(Vec<QueueStats>, Vec<u64
     })?;
     pump_stop.store(true, Ordering::Relaxed);
     let _ = pump.join();
-    Ok((device_stats(), refused))
+    let ports = device_stats();
+    let sent = ports.iter().map(|p| p.tx_packets).collect();
+    Ok((ports, sent, refused))
 }
 
 /// An 82599's counters as a port's.
