@@ -20,7 +20,7 @@
 //! mode does not read it: `Touch::None`), and are measured as the mean of
 //! the two ports' receive rates over the seconds after the first.
 
-use crate::testpmd::Testpmd;
+use crate::testpmd::{current_thread_cpu_time, Testpmd};
 use anyhow::{Context, Result};
 use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
 use nfkit_port::null::udp_template;
@@ -100,26 +100,53 @@ pub struct PortsOptions {
     pub burst: usize,
 }
 
+/// What one side measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Side {
+    /// Mpps per port (mean of the ports' receive rates).
+    pub mpps: f64,
+    /// The forwarding thread's CPU time over the measured seconds as a
+    /// share of their wall-clock time (below 1 when other work on the
+    /// machine preempted it).
+    pub cpu_share: Option<f64>,
+}
+
+impl Side {
+    /// CPU cycles per packet received (both ports), at `hz`.
+    pub fn cycles_per_packet(&self, hz: f64) -> Option<f64> {
+        let pps = self.mpps * 2.0 * 1e6;
+        self.cpu_share.filter(|_| pps > 0.0).map(|s| s * hz / pps)
+    }
+}
+
 /// One side's figure, or why there is none.
-pub type Figure = std::result::Result<f64, String>;
+pub type Figure = std::result::Result<Side, String>;
 
 /// One line of the table.
 #[derive(Debug, Clone)]
 pub struct Row {
     pub case: String,
-    /// Mpps per port.
     pub nfkit: Figure,
     pub dpdk: Figure,
-    /// nfkit/DPDK wanted.
+    /// nfkit/DPDK wanted, in Mpps.
     pub target: f64,
 }
 
 impl Row {
+    /// nfkit/DPDK in Mpps.
     pub fn ratio(&self) -> Option<f64> {
         match (&self.nfkit, &self.dpdk) {
-            (Ok(n), Ok(d)) if *d > 0.0 => Some(n / d),
+            (Ok(n), Ok(d)) if d.mpps > 0.0 => Some(n.mpps / d.mpps),
             _ => None,
         }
+    }
+
+    /// DPDK/nfkit in cycles per packet.
+    pub fn cycle_ratio(&self, hz: f64) -> Option<f64> {
+        let (Ok(n), Ok(d)) = (&self.nfkit, &self.dpdk) else {
+            return None;
+        };
+        Some(d.cycles_per_packet(hz)? / n.cycles_per_packet(hz)?).filter(|x| x.is_finite())
     }
 }
 
@@ -168,8 +195,12 @@ fn run_case(case: Case, opts: &PortsOptions, stop: &Arc<AtomicBool>) -> Result<R
         .burst((case.uses_veth() && opts.burst != 32).then_some(opts.burst))
         .warmup_periods(1)
         .abort_on(stop.clone())
+        .measure_cpu(true)
         .run()
-        .map(|r| r.mean_rx_pps() / 1e6)
+        .map(|r| Side {
+            mpps: r.mean_rx_pps() / 1e6,
+            cpu_share: r.forwarding_cpu_share,
+        })
         .map_err(|e| e.to_string());
     Ok(Row {
         case: case.name().into(),
@@ -193,14 +224,14 @@ fn quiet_veth() -> Result<Veth> {
     Ok(v)
 }
 
-/// nfkit's forwarding rate between two ports: Mpps per port, the mean of
-/// both ports' receive rates after the warm-up.
+/// nfkit's forwarding rate between two ports (Mpps per port, the mean of
+/// both ports' receive rates after the warm-up) and its thread's CPU.
 pub fn nfkit_mpps(
     specs: &[String; 2],
     burst: usize,
     seconds: u64,
     stop: &AtomicBool,
-) -> Result<f64> {
+) -> Result<Side> {
     let opts = OpenOptions::default();
     let open = |s: &String| -> Result<Box<dyn Port>> {
         nfkit_port::open(&s.parse()?, &opts).with_context(|| format!("opening `{s}`"))
@@ -254,13 +285,13 @@ pub fn pin_to(core: usize) {
     }
 }
 
-/// Forward for `total`, measuring from [`WARMUP`] on. Mpps per port.
+/// Forward for `total`, measuring from [`WARMUP`] on.
 fn forward_measured(
     a: &mut dyn Port,
     b: &mut dyn Port,
     total: Duration,
     interrupted: &AtomicBool,
-) -> Result<f64> {
+) -> Result<Side> {
     let done = AtomicBool::new(false);
     let opts = FwdOptions {
         touch: Touch::None,
@@ -268,43 +299,56 @@ fn forward_measured(
         stop_when_done: false,
     };
     let rx = |r: &FwdReport| r.ports[0].rx_packets + r.ports[1].rx_packets;
-    let mut from: Option<(Duration, u64)> = None;
+    let mut from: Option<(Duration, u64, Option<Duration>)> = None;
     let report = fwd([a, b], &opts, &done, |r| {
         if from.is_none() && r.elapsed >= WARMUP {
-            from = Some((r.elapsed, rx(r)));
+            from = Some((r.elapsed, rx(r), current_thread_cpu_time()));
         }
         if r.elapsed >= total || interrupted.load(Ordering::Relaxed) {
             done.store(true, Ordering::Relaxed);
         }
     })?;
-    let (t0, n0) = from.context("stopped before the warm-up ended")?;
+    let cpu1 = current_thread_cpu_time();
+    let (t0, n0, cpu0) = from.context("stopped before the warm-up ended")?;
     let over = (report.elapsed - t0).as_secs_f64();
     anyhow::ensure!(over > 0.0, "no time measured after the warm-up");
-    Ok((rx(&report) - n0) as f64 / over / 2.0 / 1e6)
+    Ok(Side {
+        mpps: (rx(&report) - n0) as f64 / over / 2.0 / 1e6,
+        cpu_share: cpu0
+            .zip(cpu1)
+            .map(|(a, b)| b.saturating_sub(a).as_secs_f64() / over),
+    })
 }
 
-/// The table, the targets and whether each is met.
-pub fn print_table(title: &str, rows: &[Row]) {
+/// The table, the targets and whether each is met (by the Mpps ratio).
+pub fn print_table(title: &str, rows: &[Row], hz: f64) {
     println!("{title}");
     println!(
-        "{:<22} {:>11} {:>11} {:>7} {:>8}  met",
-        "case", "nfkit Mpps", "DPDK Mpps", "ratio", "target"
+        "{:<18} {:>10} {:>10} {:>7} {:>8} {:>8} {:>7} {:>7}  met",
+        "case", "nfkit Mpps", "DPDK Mpps", "ratio", "nfkit c/p", "DPDK c/p", "c ratio", "target"
     );
     for r in rows {
         let fig = |f: &Figure| match f {
-            Ok(v) => format!("{v:.3}"),
+            Ok(v) => format!("{:.3}", v.mpps),
             Err(_) => "error".into(),
         };
-        let (ratio, met) = match r.ratio() {
-            Some(x) => (format!("{x:.2}x"), if x >= r.target { "yes" } else { "no" }),
-            None => ("-".into(), "-"),
+        let cyc = |f: &Figure| match f.as_ref().ok().and_then(|v| v.cycles_per_packet(hz)) {
+            Some(c) => format!("{c:.0}"),
+            None => "-".into(),
         };
+        let x = |r: Option<f64>| r.map_or("-".into(), |x| format!("{x:.2}x"));
+        let met = r
+            .ratio()
+            .map_or("-", |x| if x >= r.target { "yes" } else { "no" });
         println!(
-            "{:<22} {:>11} {:>11} {:>7} {:>7.1}x  {}",
+            "{:<18} {:>10} {:>10} {:>7} {:>9} {:>8} {:>7} {:>6.1}x  {}",
             r.case,
             fig(&r.nfkit),
             fig(&r.dpdk),
-            ratio,
+            x(r.ratio()),
+            cyc(&r.nfkit),
+            cyc(&r.dpdk),
+            x(r.cycle_ratio(hz)),
             r.target,
             met
         );
@@ -325,6 +369,7 @@ pub fn ports(opts: &PortsOptions) -> Result<()> {
             "note: a debug build; run `cargo run --release -- bench ports` for meaningful figures"
         );
     }
+    let hz = crate::bench_pipeline::tsc_hz()?;
     let rows = run(opts)?;
     print_table(
         &format!(
@@ -337,6 +382,13 @@ pub fn ports(opts: &PortsOptions) -> Result<()> {
             opts.burst
         ),
         &rows,
+        hz,
+    );
+    println!(
+        "ratio: nfkit/DPDK Mpps (judged against the target); c/p: CPU cycles per packet received, \
+         from the forwarding thread's CPU time (/proc/.../schedstat) x {:.0} MHz nominal TSC, \
+         including time spent polling empty rings and in system calls; c ratio: DPDK/nfkit c/p",
+        hz / 1e6
     );
     Ok(())
 }

@@ -446,6 +446,13 @@ pub fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
     None
 }
 
+/// CPU time of the calling thread (`/proc/thread-self/schedstat`).
+pub fn current_thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 /// Whether an executable named `prog` is on the PATH.
 pub fn on_path(prog: &str) -> bool {
     std::env::var_os("PATH")
@@ -772,6 +779,9 @@ Bye...
             assert!(thread_cpu_time(std::process::id(), me.trim_end()).is_some());
         }
         assert!(thread_cpu_time(std::process::id(), "no-such-thread").is_none());
+        if std::path::Path::new("/proc/thread-self/schedstat").exists() {
+            assert!(current_thread_cpu_time().is_some());
+        }
     }
 
     #[test]
