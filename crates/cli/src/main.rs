@@ -148,6 +148,17 @@ enum BenchCmd {
         #[arg(long, default_value_t = 20_000)]
         packets: u64,
     },
+    /// The vhost-user path: nfkit's virtio-user against DPDK's net_vhost
+    /// and DPDK's virtio_user against nfkit's vhost-user backend, beside
+    /// DPDK's own pair (issue #7). Needs root and dpdk-testpmd.
+    Vhost {
+        /// Measured seconds per pairing (after 2 s of warm-up).
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Frames in flight (sent by the frontend at start).
+        #[arg(long, default_value_t = 32)]
+        burst: usize,
+    },
     /// nfkit's AF_XDP, AF_PACKET and null ports against DPDK's PMDs
     /// (dpdk-testpmd io forwarding) on the same veth pair, same traffic,
     /// same core (issue #4). Needs root and dpdk-testpmd.
@@ -259,6 +270,9 @@ fn main() -> Result<()> {
                 seconds,
                 burst,
             })?,
+            BenchCmd::Vhost { seconds, burst } => {
+                nfkit::bench_vhost::vhost(&nfkit::bench_vhost::VhostOptions { seconds, burst })?;
+            }
             BenchCmd::Pipeline { seconds } => nfkit::bench_pipeline::pipeline(seconds)?,
             BenchCmd::Nfs {
                 seconds,
