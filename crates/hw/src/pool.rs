@@ -259,10 +259,13 @@ impl PoolCache {
     pub fn free_bulk(&mut self, bufs: impl Iterator<Item = PktBuf>) {
         let mut run = ForeignRun::default();
         for buf in bufs {
-            if buf.pool.same(&self.pool) {
-                self.free_own(buf);
-            } else {
-                run.add(buf);
+            let (pool, id) = buf.into_parts();
+            if pool.same(&self.pool) {
+                self.keep_handle(pool);
+                self.free_id(id);
+            } else if !run.add(&pool, id) {
+                run.flush();
+                run.start(pool, id);
             }
         }
         run.flush();
@@ -306,10 +309,16 @@ impl PoolCache {
     #[inline(always)]
     fn free_own(&mut self, buf: PktBuf) {
         let (pool, id) = buf.into_parts();
+        self.keep_handle(pool);
+        self.free_id(id);
+    }
+
+    /// Keep a handle of this pool for the next buffer handed out.
+    #[inline(always)]
+    fn keep_handle(&mut self, pool: Mempool) {
         if self.handles.len() < self.handles.capacity() {
             self.handles.push(pool);
         }
-        self.free_id(id);
     }
 
     #[cold]
@@ -343,17 +352,23 @@ struct ForeignRun {
 }
 
 impl ForeignRun {
+    /// Add `id` of `pool` if the run is of that pool and has room; its
+    /// handle is then dropped by the caller (the run keeps one).
     #[inline(always)]
-    fn add(&mut self, buf: PktBuf) {
-        let (pool, id) = buf.into_parts();
-        let same = self.pool.as_ref().is_some_and(|p| p.same(&pool));
-        if !same || self.len == CACHE_CHUNK {
-            self.flush();
-            self.pool = Some(pool);
+    fn add(&mut self, pool: &Mempool, id: u32) -> bool {
+        let fits = self.len < CACHE_CHUNK && self.pool.as_ref().is_some_and(|p| p.same(pool));
+        if fits {
+            self.ids[self.len % CACHE_CHUNK] = id;
+            self.len += 1;
         }
-        // (A handle of the run's pool is dropped here when `same`.)
-        self.ids[self.len % CACHE_CHUNK] = id;
-        self.len += 1;
+        fits
+    }
+
+    /// Begin a new (flushed) run.
+    fn start(&mut self, pool: Mempool, id: u32) {
+        self.pool = Some(pool);
+        self.ids[0] = id;
+        self.len = 1;
     }
 
     fn flush(&mut self) {
@@ -822,5 +837,70 @@ mod tests {
         assert!(b.set_len(2048 - HEADROOM + 1).is_err());
         assert!(b.prepend(HEADROOM + 1).is_err());
         assert!(Mempool::new(&*dma, "bad", 4, 1000).is_err());
+    }
+
+    #[test]
+    fn rx_buffers_lend_by_id_and_go_home() {
+        let dma = SimDma::new();
+        let pool = Mempool::new(&*dma, "rx", 512, 2048).unwrap();
+        let mut ring = RxBuffers::new(&pool, 128).unwrap();
+        let before = ring.rx_device_addr(5);
+        assert_eq!(ring.rx_device_addr(5 + 128), before, "indices wrap");
+        let (pkt, fresh) = ring.take(5, 60).unwrap();
+        assert_eq!(pkt.len(), 60);
+        assert_eq!(pkt.rx_device_addr(), before);
+        assert_eq!(ring.rx_device_addr(5), fresh);
+        assert_ne!(fresh, before);
+        assert!(RxBuffers::new(&pool, 1000).is_none(), "not a power of two");
+        drop(pkt);
+        drop(ring);
+        assert_eq!(pool.free_count(), 512);
+        assert_eq!(Arc::strong_count(&pool.inner), 1, "no handle leaked");
+    }
+
+    #[test]
+    fn bulk_free_sends_foreign_buffers_home_and_keeps_own() {
+        let dma = SimDma::new();
+        let mine = Mempool::new(&*dma, "mine", 64, 2048).unwrap();
+        let theirs = Mempool::new(&*dma, "theirs", 64, 2048).unwrap();
+        let mut cache = mine.cache(32);
+        let bufs: Vec<PktBuf> = (0..40)
+            .map(|i| {
+                if i % 3 == 0 {
+                    mine.alloc()
+                } else {
+                    theirs.alloc()
+                }
+                .unwrap()
+            })
+            .collect();
+        let own = bufs.iter().filter(|b| b.pool().same(&mine)).count();
+        cache.free_bulk(bufs.into_iter());
+        assert_eq!(theirs.free_count(), 64, "foreign buffers went home");
+        assert_eq!(cache.cached(), own);
+        let again: Vec<PktBuf> = (0..own).map(|_| cache.alloc().unwrap()).collect();
+        drop(again);
+        drop(cache);
+        assert_eq!(mine.free_count(), 64);
+        assert_eq!(Arc::strong_count(&mine.inner), 1, "no handle leaked");
+        assert_eq!(Arc::strong_count(&theirs.inner), 1, "no handle leaked");
+    }
+
+    #[test]
+    fn desc_ring_and_slots_check_their_shape_once() {
+        use crate::dma::{DescRing, DmaSlots};
+        use crate::DmaAllocator;
+        let dma = SimDma::new();
+        let ring = DescRing::new(dma.allocate(4096, true).unwrap(), 256).unwrap();
+        ring.write_q1(3, 7);
+        assert_eq!(ring.read_q1(3 + 256), 7, "indices wrap");
+        assert_eq!(ring.desc(259).read_q1(), 7);
+        assert!(DescRing::new(dma.allocate(4096, true).unwrap(), 512).is_err());
+        assert!(DescRing::new(dma.allocate(4096, true).unwrap(), 100).is_err());
+        let mut slots = DmaSlots::<2048>::new(dma.allocate(8192, false).unwrap(), 4).unwrap();
+        slots.slot_mut(1)[0] = 9;
+        assert_eq!(slots.slot_mut(5)[0], 9);
+        assert_eq!(slots.device_addr(1) - slots.device_addr(0), 2048);
+        assert!(DmaSlots::<2048>::new(dma.allocate(4096, false).unwrap(), 4).is_err());
     }
 }
