@@ -7,6 +7,7 @@
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
 
+mod fuzz;
 mod guest;
 
 use anyhow::{bail, Context, Result};
@@ -65,6 +66,7 @@ fn main() -> Result<()> {
         Some("test") => test(&args[1..]),
         Some("deps") => install_deps(),
         Some("guest") => guest::main(&args[1..]),
+        Some("fuzz") => fuzz::main(&args[1..]),
         Some("bench") => bench(&args[1..]),
         _ => {
             eprintln!(
