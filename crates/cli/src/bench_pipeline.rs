@@ -277,6 +277,20 @@ mod tests {
         assert_eq!(parse_cpu_mhz("processor\t: 0\n"), None);
     }
 
+    /// Both pipelines run and count packets, with the worker's CPU time
+    /// found. No figure is checked against a speed.
+    #[test]
+    fn both_pipelines_move_packets() {
+        let stop = AtomicBool::new(false);
+        for c in cases() {
+            let m = measure_pipeline(&c, 1, 2.6e9, &stop).unwrap();
+            assert!(m.mpps > 0.0, "{}: {m:?}", c.name);
+            if std::path::Path::new("/proc/thread-self/schedstat").exists() {
+                assert!(m.cycles_per_packet.is_some(), "{}: {m:?}", c.name);
+            }
+        }
+    }
+
     #[test]
     fn the_configs_parse() {
         for c in cases() {

@@ -392,3 +392,69 @@ pub fn ports(opts: &PortsOptions) -> Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfkit_testkit::{require_root, require_tool};
+
+    /// Both sides give a figure on a veth case and on null, and the veth
+    /// pair is gone afterwards. No figure is checked against a speed.
+    #[test]
+    fn both_sides_measure_and_the_veth_pair_is_removed() {
+        require_root!();
+        require_tool!(crate::testpmd::TESTPMD);
+        let rows = run(&PortsOptions {
+            cases: vec![Case::AfPacket, Case::Null],
+            seconds: 1,
+            burst: 32,
+        })
+        .unwrap();
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            let n = r
+                .nfkit
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{}: {e}", r.case));
+            let d = r
+                .dpdk
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{}: {e}", r.case));
+            assert!(n.mpps > 0.0 && d.mpps > 0.0, "{r:?}");
+            assert!(r.ratio().is_some());
+        }
+        let links = nfkit_testkit::ip(&["-o", "link", "show"]).unwrap();
+        let mine = nfkit_testkit::unique_name("v");
+        let prefix = mine.split('_').next().unwrap();
+        assert!(
+            !links.lines().any(|l| l.contains(&format!("{prefix}_"))),
+            "a veth of this process is left: {links}"
+        );
+    }
+
+    #[test]
+    fn cycles_per_packet_from_cpu_share() {
+        let s = Side {
+            mpps: 1.0,
+            cpu_share: Some(0.5),
+        };
+        // 0.5 s of CPU per second for 2 Mpps (two ports) at 2 GHz.
+        assert_eq!(s.cycles_per_packet(2e9), Some(500.0));
+        let idle = Side {
+            mpps: 0.0,
+            cpu_share: Some(1.0),
+        };
+        assert_eq!(idle.cycles_per_packet(2e9), None);
+        let row = Row {
+            case: "x".into(),
+            nfkit: Ok(s),
+            dpdk: Ok(Side {
+                mpps: 2.0,
+                cpu_share: Some(1.0),
+            }),
+            target: 1.0,
+        };
+        assert_eq!(row.ratio(), Some(0.5));
+        assert_eq!(row.cycle_ratio(2e9), Some(1.0));
+    }
+}
