@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 pub const TESTPMD: &str = "dpdk-testpmd";
 /// Debian packages that provide it and the virtual-device drivers used.
 pub const DEBIAN_PACKAGES: &str =
-    "dpdk dpdk-dev librte-net-null23 librte-net-af-packet23 librte-net-af-xdp23";
+    "dpdk-dev librte-net-null23 librte-mempool-ring23 librte-net-af-packet23 librte-net-af-xdp23";
 /// Free 2 MiB hugepages asked for (256 MiB: the mbuf pool below, the
 /// AF_XDP PMD's UMEM and EAL's own structures fit with room to spare).
 const HUGEPAGES: u64 = 128;
