@@ -28,11 +28,27 @@
 //!
 //! ## Ports
 //!
-//! | open with | port |
-//! |---|---|
-//! | [`open_pci`] / [`opener`] (`pci:ADDR` of a 1af4:1000/1041) | [`PciNet`] |
-//! | [`open_virtio_user`] | [`vhost_user::VirtioUser`] (our driver, a backend process as the device) |
-//! | [`open_vhost_user`] | [`vhost_user::VhostUserBackend`] (we are the device) |
+//! | spec (through [`opener`]) | open with | port |
+//! |---|---|---|
+//! | `pci:ADDR` of a 1af4:1000/1041 | [`open_pci`] | [`PciNet`] (modern registers through the mapped BAR, or the §4.1.4.9 window) |
+//! | `virtio-user:PATH[,queues=N]` | [`open_virtio_user`] | [`vhost_user::VirtioUser`] (our driver, a backend process as the device) |
+//! | `vhost-user:PATH[,queues=N]` | [`open_vhost_user`] | [`vhost_user::VhostUserBackend`] (we are the device: QEMU guests, DPDK virtio-user) |
+//!
+//! A packet handed to a port's `tx_batch` from another port's pool is
+//! copied into the port's own pool first (only its buffers have device
+//! addresses the device can reach).
+//!
+//! ## Where it is tested
+//!
+//! - `tests/pci_model.rs`: both PCI layouts against a device model;
+//! - `tests/vhost_user.rs`, `tests/hostile.rs`: frontend against backend,
+//!   hostile frontends (proptest);
+//! - `tests/dpdk.rs`: against DPDK's virtio-user and vhost PMDs;
+//! - `cargo xtask guest run`: the real `nfkit` in a QEMU guest over
+//!   legacy/uio, modern/uio and modern/VFIO, and a guest kernel's
+//!   virtio-net over vhost-user through `nfkit nf bridge`;
+//! - `cargo xtask fuzz`: the cargo-fuzz targets in `fuzz/`;
+//! - `nfkit bench vhost`: the vhost-user path against DPDK's.
 
 #![deny(unsafe_code)]
 
