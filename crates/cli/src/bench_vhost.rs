@@ -69,10 +69,11 @@ pub fn vhost(opts: &VhostOptions) -> Result<Vec<Pairing>> {
         bail!(TestpmdError::NotInstalled);
     }
     let _env = DpdkEnv::prepare()?;
-    let mut out = Vec::new();
-    out.push(dpdk_pair(opts).context("DPDK's virtio_user <-> net_vhost")?);
-    out.push(our_frontend(opts).context("nfkit virtio-user <-> DPDK net_vhost")?);
-    out.push(our_backend(opts).context("DPDK virtio_user <-> nfkit vhost-user")?);
+    let out = vec![
+        dpdk_pair(opts).context("DPDK's virtio_user <-> net_vhost")?,
+        our_frontend(opts).context("nfkit virtio-user <-> DPDK net_vhost")?,
+        our_backend(opts).context("DPDK virtio_user <-> nfkit vhost-user")?,
+    ];
     print_table(&out, opts);
     Ok(out)
 }
