@@ -36,11 +36,15 @@ pub fn pop_tx(q: &mut Queue, mem: &GuestMemoryMmap, hdr_len: usize, out: &mut [u
             bad = true;
             break;
         }
-        let mut addr = d.addr().0;
         let mut len = d.len() as usize;
         let s = skip.min(len);
         skip -= s;
-        addr += s as u64;
+        // The frontend picks the address: one near u64::MAX must not wrap
+        // around to memory it did not name.
+        let Some(addr) = d.addr().0.checked_add(s as u64) else {
+            bad = true;
+            break;
+        };
         len -= s;
         if len == 0 {
             continue;
@@ -95,7 +99,8 @@ pub fn push_rx(q: &mut Queue, mem: &GuestMemoryMmap, hdr_len: usize, pkt: &[u8])
                 break;
             }
             *part = &part[take..];
-            addr += take as u64;
+            // Cannot overflow: the write above covered addr..addr+take.
+            addr = addr.saturating_add(take as u64);
             room -= take;
             written += take;
         }
