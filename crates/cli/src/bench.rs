@@ -312,12 +312,35 @@ pub fn lockstep(model: Model, nf: Nf, packets: u64) -> Result<u64> {
 
 /// Instructions per packet of the driver rounds, from callgrind.
 pub fn instructions_per_packet(model: Model, nf: Nf, packets: u64) -> Result<Option<f64>> {
+    let packets = packets.to_string();
+    callgrind_per_packet(
+        "driver_round_",
+        &[
+            "bench-lockstep",
+            "--model",
+            model_arg(model),
+            "--nf",
+            nf_arg(nf),
+            "--packets",
+            &packets,
+        ],
+    )
+}
+
+/// Run this executable with `args` (a lock-step subcommand that prints
+/// `forwarded N`) under callgrind, collecting only inside functions whose
+/// names contain `round`, and return the instructions spent there per
+/// forwarded packet; `None` without valgrind.
+pub fn callgrind_per_packet(round: &str, args: &[&str]) -> Result<Option<f64>> {
     let exe = std::env::current_exe()?;
-    let out = std::env::temp_dir().join(format!("nfkit-callgrind-{}.out", std::process::id()));
+    let out = std::env::temp_dir().join(format!(
+        "nfkit-callgrind-{}-{round}.out",
+        std::process::id()
+    ));
     let status = std::process::Command::new("valgrind")
         .args([
             "--tool=callgrind",
-            "--toggle-collect=*driver_round_*",
+            &format!("--toggle-collect=*{round}*"),
             // A register write lands in the model's BAR (device work, not
             // driver work): collection toggles off inside it, so only the
             // call itself counts, as a store to a real BAR would.
@@ -325,35 +348,31 @@ pub fn instructions_per_packet(model: Model, nf: Nf, packets: u64) -> Result<Opt
             &format!("--callgrind-out-file={}", out.display()),
         ])
         .arg(&exe)
-        .args([
-            "bench-lockstep",
-            "--model",
-            model_arg(model),
-            "--nf",
-            nf_arg(nf),
-            "--packets",
-            &packets.to_string(),
-        ])
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .output();
     let output = match status {
         Ok(o) if o.status.success() => o,
-        Ok(o) => bail!("callgrind run failed: {}", o.status),
+        Ok(o) => bail!("callgrind run of `{}` failed: {}", args.join(" "), o.status),
         Err(_) => return Ok(None),
     };
     let forwarded: u64 = String::from_utf8_lossy(&output.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("forwarded ")?.trim().parse().ok())
         .context("the lock-step run did not report its packets")?;
+    if forwarded == 0 {
+        bail!("`{}` forwarded nothing", args.join(" "));
+    }
     let text = std::fs::read_to_string(&out).context("reading callgrind output")?;
     let _ = std::fs::remove_file(&out);
-    let total = round_instructions(&text).context("no driver round in callgrind output")?;
-    Ok(Some(total as f64 / forwarded.max(1) as f64))
+    let total = round_instructions(&text, round)
+        .with_context(|| format!("no `{round}` call in callgrind output"))?;
+    Ok(Some(total as f64 / forwarded as f64))
 }
 
-/// Instructions spent inside the driver rounds: the inclusive cost of
-/// every call to a `driver_round_*` function, from callgrind's output.
+/// Instructions spent inside the rounds: the inclusive cost of every call
+/// to a function whose name contains `round`, from callgrind's output.
 ///
 /// Not the file's `totals`: the `SimBar::write32` toggle also switches
 /// collection *on* inside every register write made outside a round
@@ -366,7 +385,7 @@ pub fn instructions_per_packet(model: Model, nf: Nf, packets: u64) -> Result<Opt
 /// the current and the called function, compressed as `(id) name` the
 /// first time and `(id)` afterwards; a `calls=` line is followed by one
 /// cost line `position inclusive-cost...` for that call.
-pub fn round_instructions(callgrind_out: &str) -> Option<u64> {
+pub fn round_instructions(callgrind_out: &str, round: &str) -> Option<u64> {
     let mut names = std::collections::HashMap::new();
     let mut callee_is_round = false;
     let mut after_calls = false;
@@ -381,7 +400,7 @@ pub fn round_instructions(callgrind_out: &str) -> Option<u64> {
             continue;
         }
         if let Some(rest) = line.strip_prefix("cfn=") {
-            callee_is_round = function_name(rest, &mut names).contains("driver_round_");
+            callee_is_round = function_name(rest, &mut names).contains(round);
         } else if let Some(rest) = line.strip_prefix("fn=") {
             function_name(rest, &mut names);
         } else if line.starts_with("calls=") {
@@ -484,7 +503,10 @@ fn=(2)
 5 1000
 totals: 7000
 ";
-        assert_eq!(round_instructions(out), Some(1000));
-        assert_eq!(round_instructions("events: Ir\ntotals: 5\n"), None);
+        assert_eq!(round_instructions(out, "driver_round_"), Some(1000));
+        assert_eq!(
+            round_instructions("events: Ir\ntotals: 5\n", "driver_round_"),
+            None
+        );
     }
 }

@@ -467,54 +467,19 @@ pub fn lockstep(model: Model, name: &str, packets: u64) -> Result<u64> {
 /// Instructions per packet of the NF rounds, from callgrind (`None`
 /// without valgrind).
 pub fn instructions_per_packet(model: Model, name: &str, packets: u64) -> Result<Option<f64>> {
-    let exe = std::env::current_exe()?;
-    let out = std::env::temp_dir().join(format!("nfkit-nf-callgrind-{}.out", std::process::id()));
-    let run = std::process::Command::new("valgrind")
-        .args([
-            "--tool=callgrind",
-            "--toggle-collect=*nf_round_*",
-            // Device work inside a register write to the model's BAR is
-            // not driver work: only the call itself counts, as a store to
-            // a real BAR would.
-            "--toggle-collect=*SimBar*write32*",
-            &format!("--callgrind-out-file={}", out.display()),
-        ])
-        .arg(&exe)
-        .args([
+    let packets = packets.to_string();
+    crate::bench::callgrind_per_packet(
+        "nf_round_",
+        &[
             "bench-nf-lockstep",
             "--model",
             model_arg(model),
             "--nf",
             name,
             "--packets",
-            &packets.to_string(),
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .output();
-    let output = match run {
-        Ok(o) if o.status.success() => o,
-        Ok(o) => bail!("callgrind run of {name} failed: {}", o.status),
-        Err(_) => return Ok(None),
-    };
-    let forwarded: u64 = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("forwarded ")?.trim().parse().ok())
-        .context("the lock-step run did not report its packets")?;
-    let text = std::fs::read_to_string(&out).context("reading callgrind output")?;
-    let _ = std::fs::remove_file(&out);
-    let total: u64 = text
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("totals:")
-                .or_else(|| l.strip_prefix("summary:"))
-        })
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no totals in callgrind output")?;
-    if forwarded == 0 {
-        bail!("nf {name}: the lock-step run forwarded nothing");
-    }
-    Ok(Some(total as f64 / forwarded as f64))
+            &packets,
+        ],
+    )
 }
 
 fn model_arg(m: Model) -> &'static str {
