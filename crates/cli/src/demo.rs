@@ -9,7 +9,7 @@ use crate::ixgbe_port::IxgbePort;
 use crate::lab::{LoadCounters, SimLab, SimWire};
 use crate::stats;
 use anyhow::Result;
-use nfkit_ixgbe::{Agent, AgentConfig, Device, DeviceStats};
+use nfkit_ixgbe::{Device, DeviceStats};
 use nfkit_ixgbe_model::SimBar;
 use nfkit_port::fwd::{fwd, FwdOptions, Touch};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -201,26 +201,8 @@ fn forward_agents(
     ticker: &mut Ticker,
     load: &LoadCounters,
 ) -> Result<(u64, u64)> {
-    let cfg = AgentConfig::default();
-    let mut agents = [
-        Agent::new(&devs[0], 0, &[(&devs[1], 0)], &cfg)?,
-        Agent::new(&devs[1], 0, &[(&devs[0], 0)], &cfg)?,
-    ];
-    // Like ixy-fwd, touch every packet: bump a byte of the destination MAC.
-    let touch = |buf: &mut [u8], len: usize, out: &mut [u16]| {
-        buf[1] = buf[1].wrapping_add(1);
-        out[0] = len as u16;
-    };
-    let mut handlers = [touch, touch];
-    let mut rounds = 0u32;
-    nfkit_ixgbe::run(&mut agents, &mut handlers, || {
-        rounds = rounds.wrapping_add(1);
-        if rounds.is_multiple_of(1024) {
-            ticker.tick(load);
-        }
-        !stop.load(Ordering::Relaxed)
-    });
-    let forwarded = agents.iter().map(|a| a.stats().tx_packets[0]).sum();
+    let stats = crate::fwd::run_agent_pair(devs, stop, || ticker.tick(load))?;
+    let forwarded = stats.iter().map(|s| s.tx_packets[0]).sum();
     // An agent never refuses a packet: outputs are in lock-step with the
     // input, so the receive ring waits for the slowest output instead.
     Ok((forwarded, 0))

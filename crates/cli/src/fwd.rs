@@ -14,7 +14,8 @@ use crate::demo::Model;
 use crate::lab::{registry, SimLab, SimWire};
 use crate::stats;
 use anyhow::{bail, Context, Result};
-use nfkit_ixgbe::{Agent, AgentConfig};
+use nfkit_hw::Bar;
+use nfkit_ixgbe::{Agent, AgentConfig, AgentStats, Device};
 use nfkit_port::agent::AgentAdapter;
 use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
 use nfkit_port::{OpenOptions, Port, PortSpec, QueueStats};
@@ -172,22 +173,10 @@ fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Re
         lab.open_device(*y, &specs[1].to_string())?,
     ];
     lab.start_load();
-    let cfg = AgentConfig::default();
-    let mut agents = [
-        Agent::new(&devs[0], 0, &[(&devs[1], 0)], &cfg)?,
-        Agent::new(&devs[1], 0, &[(&devs[0], 0)], &cfg)?,
-    ];
-    let touch = |buf: &mut [u8], len: usize, out: &mut [u16]| {
-        buf[1] = buf[1].wrapping_add(1);
-        out[0] = len as u16;
-    };
-    let mut handlers = [touch, touch];
     let mut last = [devs[0].stats(), devs[1].stats()];
     let mut at = Instant::now();
-    let mut rounds = 0u32;
-    nfkit_ixgbe::run(&mut agents, &mut handlers, || {
-        rounds = rounds.wrapping_add(1);
-        if rounds.is_multiple_of(4096) && at.elapsed() >= Duration::from_secs(1) {
+    let stats = run_agent_pair(&devs, stop, || {
+        if at.elapsed() >= Duration::from_secs(1) {
             let over = at.elapsed();
             for (i, d) in devs.iter().enumerate() {
                 let s = d.stats();
@@ -207,11 +196,9 @@ fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Re
             }
             at = Instant::now();
         }
-        !stop.load(Ordering::Relaxed)
-    });
+    })?;
     lab.stop_load();
-    for (i, a) in agents.iter().enumerate() {
-        let s = a.stats();
+    for (i, s) in stats.iter().enumerate() {
         println!(
             "{} -> {}: received {}, forwarded {}, receive errors {}",
             specs[i],
@@ -222,4 +209,34 @@ fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Re
         );
     }
     Ok(())
+}
+
+/// Forward between two 82599s with one agent per direction, touching each
+/// packet like ixy-fwd (a byte of the destination MAC is bumped), until
+/// `stop` is set; `tick` runs every few thousand rounds. Returns each
+/// direction's agent counters.
+pub fn run_agent_pair<B: Bar + 'static>(
+    devs: &[Device<B>; 2],
+    stop: &AtomicBool,
+    mut tick: impl FnMut(),
+) -> Result<[AgentStats; 2]> {
+    let cfg = AgentConfig::default();
+    let mut agents = [
+        Agent::new(&devs[0], 0, &[(&devs[1], 0)], &cfg)?,
+        Agent::new(&devs[1], 0, &[(&devs[0], 0)], &cfg)?,
+    ];
+    let touch = |buf: &mut [u8], len: usize, out: &mut [u16]| {
+        buf[1] = buf[1].wrapping_add(1);
+        out[0] = len as u16;
+    };
+    let mut handlers = [touch, touch];
+    let mut rounds = 0u32;
+    nfkit_ixgbe::run(&mut agents, &mut handlers, || {
+        rounds = rounds.wrapping_add(1);
+        if rounds.is_multiple_of(1024) {
+            tick();
+        }
+        !stop.load(Ordering::Relaxed)
+    });
+    Ok([agents[0].stats().clone(), agents[1].stats().clone()])
 }
