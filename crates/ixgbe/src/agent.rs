@@ -285,15 +285,7 @@ impl<B: Bar + 'static> Output<B> {
 impl<B: Bar> Output<B> {
     /// Let the device send what it was given, then disable the queue.
     fn stop(&self) {
-        let dev = &self.claim.device;
-        if let Err(e) = queue_setup::stop_tx_queue(
-            dev.regs(),
-            dev.clock(),
-            dev.poll_timeout(),
-            self.claim.index,
-        ) {
-            tracing::warn!("agent: {e}");
-        }
+        self.claim.stop();
     }
 }
 
@@ -477,15 +469,7 @@ impl<B: Bar> Drop for Agent<B> {
     /// Stop the input first (no more writes into the buffers), then let
     /// the outputs drain and stop them; only then is the memory freed.
     fn drop(&mut self) {
-        let dev = &self.input.device;
-        if let Err(e) = queue_setup::stop_rx_queue(
-            dev.regs(),
-            dev.clock(),
-            dev.poll_timeout(),
-            self.input.index,
-        ) {
-            tracing::warn!("agent: {e}");
-        }
+        self.input.stop();
         self.flush_tx_tails();
         self.outputs.iter().for_each(Output::stop);
     }

@@ -317,6 +317,36 @@ pub(crate) struct QueueClaim<B> {
     rx: bool,
 }
 
+impl<B: Bar> QueueClaim<B> {
+    /// Disable the claimed queue (datasheet §4.6.7.1.2 for receive,
+    /// §4.6.8.1 for transmit), as a queue or agent going away does. A
+    /// queue that will not stop is logged, not fatal: the claim is still
+    /// released and the caller has nothing better to do.
+    pub fn stop(&self) {
+        let dev = &self.device;
+        let (what, stopped) = if self.rx {
+            let r = crate::queue_setup::stop_rx_queue(
+                dev.regs(),
+                dev.clock(),
+                dev.poll_timeout(),
+                self.index,
+            );
+            ("rx", r)
+        } else {
+            let r = crate::queue_setup::stop_tx_queue(
+                dev.regs(),
+                dev.clock(),
+                dev.poll_timeout(),
+                self.index,
+            );
+            ("tx", r)
+        };
+        if let Err(e) = stopped {
+            tracing::warn!("{what} queue {}: {e}", self.index);
+        }
+    }
+}
+
 impl<B> Drop for QueueClaim<B> {
     fn drop(&mut self) {
         let flags = if self.rx {

@@ -172,15 +172,7 @@ impl<B: Bar> Drop for RxQueue<B> {
     /// Disable the queue before its buffers go back to the pool, so the
     /// device cannot write into a buffer someone else now owns.
     fn drop(&mut self) {
-        let dev = &self.claim.device;
-        if let Err(e) = queue_setup::stop_rx_queue(
-            dev.regs(),
-            dev.clock(),
-            dev.poll_timeout(),
-            self.claim.index,
-        ) {
-            tracing::warn!("rx queue: {e}");
-        }
+        self.claim.stop();
     }
 }
 
@@ -327,15 +319,7 @@ impl<B: Bar> Drop for TxQueue<B> {
     /// Let the device finish what was queued, disable the queue, then
     /// return the buffers.
     fn drop(&mut self) {
-        let dev = &self.claim.device;
-        if let Err(e) = queue_setup::stop_tx_queue(
-            dev.regs(),
-            dev.clock(),
-            dev.poll_timeout(),
-            self.claim.index,
-        ) {
-            tracing::warn!("tx queue: {e}");
-        }
+        self.claim.stop();
     }
 }
 
