@@ -21,7 +21,7 @@
 //! `--record-core-cycles` (TSC cycles of its busy rounds) is printed
 //! beside it as a check.
 
-use crate::bench_ports::{interrupted, FORWARDING_CORE, WARMUP};
+use crate::bench_ports::{FORWARDING_CORE, WARMUP};
 use crate::testpmd::{thread_cpu_time, Testpmd};
 use anyhow::{bail, Context, Result};
 use nfkit_pipeline::PipelineStats;
@@ -179,7 +179,7 @@ pub fn pipeline(seconds: u64) -> Result<()> {
         );
     }
     let hz = tsc_hz()?;
-    let stop = interrupted();
+    let stop = crate::fwd::stop_flag(None);
     let mut rows: Vec<(&str, Result<Measured, String>)> = Vec::new();
     for case in cases() {
         if stop.load(Ordering::Relaxed) {

@@ -150,19 +150,8 @@ impl Row {
     }
 }
 
-/// Set by Ctrl-C: the running case ends early and no other starts (the
-/// veth pairs are removed on the way out).
-pub fn interrupted() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let f = flag.clone();
-    if ctrlc::set_handler(move || f.store(true, Ordering::Relaxed)).is_err() {
-        tracing::warn!("could not install the Ctrl-C handler: Ctrl-C ends the benchmark at once");
-    }
-    flag
-}
-
 pub fn run(opts: &PortsOptions) -> Result<Vec<Row>> {
-    let stop = interrupted();
+    let stop = crate::fwd::stop_flag(None);
     let mut rows = Vec::new();
     for &case in &opts.cases {
         if stop.load(Ordering::Relaxed) {

@@ -37,7 +37,9 @@ pub fn stop_flag(seconds: Option<u64>) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     // Only the first command of a process can install the handler.
-    let _ = ctrlc::set_handler(move || s.store(true, Ordering::Relaxed));
+    if ctrlc::set_handler(move || s.store(true, Ordering::Relaxed)).is_err() {
+        tracing::warn!("could not install the Ctrl-C handler: Ctrl-C ends the command at once");
+    }
     if let Some(secs) = seconds {
         let s = stop.clone();
         std::thread::spawn(move || {
