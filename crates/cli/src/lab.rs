@@ -228,7 +228,6 @@ pub fn open_pci(addr: PciAddress, name: &str, queues: usize) -> Result<Box<dyn P
     let dma: Arc<dyn DmaAllocator> = Arc::new(nfkit_hw::linux::HugepageDma::new()?);
     let dev = Device::init(&pci, dma.clone(), clock, config)
         .with_context(|| format!("initializing {name}"))?;
-    let _ = pci.address();
     Ok(Box::new(IxgbePort::new(name, dev, &*dma)?))
 }
 
