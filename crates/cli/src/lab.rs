@@ -10,7 +10,7 @@
 use crate::ixgbe_port::IxgbePort;
 use anyhow::{Context, Result};
 use nfkit_hw::sim::SimDma;
-use nfkit_hw::{Clock, DmaAllocator, PciAddress, PciFunction, SystemClock};
+use nfkit_hw::{Clock, DmaAllocator, PciAddress, SystemClock};
 use nfkit_ixgbe::{Device, DeviceConfig};
 use nfkit_ixgbe_model::{ModelConfig, Nic82599, RunningNic, SimBar, SinkStats, TrafficGen};
 use nfkit_port::{OpenOptions, Port, PortError, PortSpec, Registry};
