@@ -11,7 +11,9 @@
 //!   and other vhost-user frontends can plug into nfkit.
 //!
 //! Spec numbers are in [`spec`]. `unsafe` appears only where memory is
-//! shared with another process (the memfd arena of [`shm`]); every block
+//! shared with another process (the memfd arena of [`shm`]; the
+//! frontend's memory and rings as the backend maps them,
+//! [`vhost_user::memory`] and [`vhost_user::shared_ring`]); every block
 //! carries a `// SAFETY:` comment.
 //!
 //! ## Reading path

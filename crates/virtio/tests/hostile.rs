@@ -5,15 +5,15 @@
 
 use nfkit_hw::sim::SimDma;
 use nfkit_hw::{DmaAllocator, Mempool};
-use nfkit_virtio::vhost_user::device::{pop_tx, push_rx, Moved};
+use nfkit_virtio::vhost_user::device::{DeviceQueue, Moved};
 use nfkit_virtio::vhost_user::memory::{FrontendMemory, RegionDesc};
+use nfkit_virtio::vhost_user::shared_ring::RingAddrs;
 use nfkit_virtio::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
 use nfkit_virtio::MemfdArena;
 use proptest::prelude::*;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestAddress;
 
 const QSIZE: u16 = 16;
 
@@ -22,11 +22,7 @@ const QSIZE: u16 = 16;
 type RawDesc = (u64, bool, u32, u16, u16);
 
 /// Shared memory holding rings whose every byte the "frontend" chose.
-fn hostile_queue(
-    desc: &[RawDesc],
-    avail: &[u16],
-    avail_idx: u16,
-) -> (MemfdArena, FrontendMemory, Queue) {
+fn hostile_queue(desc: &[RawDesc], avail: &[u16], avail_idx: u16) -> (MemfdArena, DeviceQueue) {
     let arena = MemfdArena::new("hostile", 64 * 1024).unwrap();
     let ring = arena.allocate(4096, true).unwrap();
     for (i, &(off, far, len, flags, next)) in desc.iter().enumerate().take(QSIZE as usize) {
@@ -45,24 +41,29 @@ fn hostile_queue(
         let hi = pair.get(1).copied().unwrap_or(0) as u32;
         ring.write_u32(avail_off + 4 + 4 * i, pair[0] as u32 | hi << 16);
     }
-    let base = arena.base_addr();
+    let q = device_queue(&arena, ring.device_addr());
+    std::mem::forget(ring); // the arena owns the memory
+    (arena, q)
+}
+
+/// The device side of a queue whose rings lie at `base` in the arena
+/// (descriptors, available ring at +256, used ring at +2048), as the
+/// fuzz target `descriptor_chain` lays them out.
+fn device_queue(arena: &MemfdArena, base: u64) -> DeviceQueue {
+    let start = arena.base_addr();
     let region = RegionDesc {
-        guest_phys_addr: base,
+        guest_phys_addr: start,
         memory_size: arena.len() as u64,
-        userspace_addr: base,
+        userspace_addr: start,
         mmap_offset: 0,
     };
     let mem = FrontendMemory::map(&[region], vec![arena.file().try_clone().unwrap()]).unwrap();
-    let mut q = Queue::new(QSIZE).unwrap();
-    q.try_set_desc_table_address(GuestAddress(ring.device_addr()))
-        .unwrap();
-    q.try_set_avail_ring_address(GuestAddress(ring.device_addr() + avail_off as u64))
-        .unwrap();
-    q.try_set_used_ring_address(GuestAddress(ring.device_addr() + 2048))
-        .unwrap();
-    q.set_ready(true);
-    std::mem::forget(ring); // the arena owns the memory
-    (arena, mem, q)
+    let addrs = RingAddrs {
+        desc: base,
+        avail: base + 16 * QSIZE as u64,
+        used: base + 2048,
+    };
+    DeviceQueue::start(Arc::new(mem), addrs, QSIZE, 0, false).unwrap()
 }
 
 proptest! {
@@ -77,20 +78,25 @@ proptest! {
         avail in proptest::collection::vec(0u16..40, 16),
         avail_idx in any::<u16>(),
     ) {
-        let (_arena, mem, mut q) = hostile_queue(&desc, &avail, avail_idx);
+        let (_arena, mut q) = hostile_queue(&desc, &avail, avail_idx);
         let mut out = [0u8; 2048];
         for _ in 0..2 * QSIZE {
-            match pop_tx(&mut q, &mem.mem, 12, &mut out) {
+            match q.pop_tx(12, &mut out) {
                 Moved::Packet(n) => prop_assert!(n <= out.len()),
                 Moved::Empty => break,
                 Moved::Bad => {}
             }
         }
+        q.publish_used();
         for _ in 0..2 * QSIZE {
-            if push_rx(&mut q, &mem.mem, 12, &[0x5a; 1500]) == Moved::Empty {
+            if q.push_rx(12, &[0x5a; 1500]) == Moved::Empty {
                 break;
             }
         }
+        q.publish_used();
+        // An index more than a queue ahead stops the queue.
+        let jumped = avail_idx > QSIZE;
+        prop_assert_eq!(q.fault().is_some(), jumped);
     }
 }
 
@@ -150,28 +156,16 @@ fn fuzz_regressions_descriptor_chain() {
     ring.slice_mut(0, input.len())
         .unwrap()
         .copy_from_slice(input);
-    let base = arena.base_addr();
-    let region = RegionDesc {
-        guest_phys_addr: base,
-        memory_size: arena.len() as u64,
-        userspace_addr: base,
-        mmap_offset: 0,
-    };
-    let mem = FrontendMemory::map(&[region], vec![arena.file().try_clone().unwrap()]).unwrap();
-    let mut q = Queue::new(QSIZE).unwrap();
-    let _ = q.try_set_desc_table_address(GuestAddress(base));
-    let _ = q.try_set_avail_ring_address(GuestAddress(base + 256));
-    let _ = q.try_set_used_ring_address(GuestAddress(base + 2048));
-    q.set_ready(true);
+    let mut q = device_queue(&arena, ring.device_addr());
     let mut out = [0u8; 2048];
     let mut bad = 0;
     for _ in 0..2 * QSIZE {
-        match pop_tx(&mut q, &mem.mem, 12, &mut out) {
+        match q.pop_tx(12, &mut out) {
             Moved::Packet(n) => assert!(n <= out.len()),
             Moved::Empty => break,
             Moved::Bad => bad += 1,
         }
-        let _ = push_rx(&mut q, &mem.mem, 12, &[0x5a; 100]);
+        let _ = q.push_rx(12, &[0x5a; 100]);
     }
     assert!(bad > 0, "the overflowing chain is refused as bad");
 }

@@ -10,8 +10,6 @@ use nfkit_hw::pci::config;
 use nfkit_hw::{Bar, Batch, HwError, IoBar, PciAddress, PciFunction, SystemClock};
 use nfkit_port::Port;
 use nfkit_virtio::spec::{feature, net as spec, status};
-use nfkit_virtio::vhost_user::device::{pop_tx, push_rx, Moved};
-use nfkit_virtio::vhost_user::memory::{FrontendMemory, RegionDesc};
 use nfkit_virtio::{
     IoBars, LegacyTransport, MappedBars, MemfdArena, ModernTransport, NetConfig, PciNet,
     VirtioError,
@@ -20,7 +18,7 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress};
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 
 /// How the model misbehaves, if at all.
 #[derive(Debug, Default, Clone, Copy)]
@@ -52,7 +50,8 @@ struct State {
 
 struct Model {
     state: Mutex<State>,
-    mem: FrontendMemory,
+    /// The driver's memory, as the device maps it.
+    mem: GuestMemoryMmap,
 }
 
 const QUEUE_MAX: u16 = 256;
@@ -60,13 +59,10 @@ const MAC: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
 
 impl Model {
     fn new(arena: &MemfdArena, offered: u64, max_pairs: u16, faults: Faults) -> Arc<Self> {
-        let region = RegionDesc {
-            guest_phys_addr: arena.device_base(),
-            memory_size: arena.len() as u64,
-            userspace_addr: arena.base_addr(),
-            mmap_offset: 0,
-        };
-        let mem = FrontendMemory::map(&[region], vec![arena.file().try_clone().unwrap()]).unwrap();
+        let file = FileOffset::new(arena.file().try_clone().unwrap(), 0);
+        let map = MmapRegion::from_file(file, arena.len()).unwrap();
+        let region = GuestRegionMmap::new(map, GuestAddress(arena.device_base())).unwrap();
+        let mem = GuestMemoryMmap::from_regions(vec![region]).unwrap();
         let state = State {
             // A hung device still shows what an earlier driver set.
             status: if faults.hang_on_reset {
@@ -130,7 +126,7 @@ impl Model {
         queue.set_event_idx(s.accepted & feature::F_EVENT_IDX != 0);
         queue.set_ready(true);
         assert!(
-            queue.is_valid(&self.mem.mem),
+            queue.is_valid(&self.mem),
             "driver gave queue {q} addresses outside its memory"
         );
         s.queues[q as usize] = Some(queue);
@@ -167,12 +163,12 @@ impl Model {
             let Some(txq) = s.queues[q as usize].as_mut() else {
                 return;
             };
-            let n = match pop_tx(txq, &self.mem.mem, hdr, &mut buf) {
+            let n = match pop_tx(txq, &self.mem, hdr, &mut buf) {
                 Moved::Packet(n) => n,
                 Moved::Empty => {
                     // Re-arm: with EVENT_IDX, ask to be notified of the
                     // next buffer (§2.7.10), as a real device does.
-                    let _ = txq.enable_notification(&self.mem.mem);
+                    let _ = txq.enable_notification(&self.mem);
                     return;
                 }
                 Moved::Bad => panic!("driver posted a malformed transmit chain"),
@@ -180,7 +176,7 @@ impl Model {
             let Some(rxq) = s.queues[q as usize - 1].as_mut() else {
                 return;
             };
-            if push_rx(rxq, &self.mem.mem, hdr, &buf[..n]) == Moved::Packet(n) {
+            if push_rx(rxq, &self.mem, hdr, &buf[..n]) == Moved::Packet(n) {
                 s.looped += 1;
             }
         }
@@ -190,7 +186,7 @@ impl Model {
         let Some(queue) = s.queues[q as usize].as_mut() else {
             return;
         };
-        let mem = &self.mem.mem;
+        let mem = &self.mem;
         let chains: Vec<_> = queue.iter(mem).unwrap().collect();
         for chain in chains {
             let head = chain.head_index();
@@ -228,6 +224,75 @@ impl Model {
         if let Some(queue) = s.queues[q as usize].as_mut() {
             let _ = queue.enable_notification(mem);
         }
+    }
+}
+
+/// What happened to one packet moved through a device queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moved {
+    Packet(usize),
+    Empty,
+    Bad,
+}
+
+/// Copy the next packet the driver transmitted into `out` (without its
+/// `hdr_len`-byte header) and return the chain to the driver.
+fn pop_tx(q: &mut Queue, mem: &GuestMemoryMmap, hdr_len: usize, out: &mut [u8]) -> Moved {
+    let Some(chain) = q.pop_descriptor_chain(mem) else {
+        return Moved::Empty;
+    };
+    let head = chain.head_index();
+    let mut skip = hdr_len;
+    let mut n = 0usize;
+    let mut bad = false;
+    for d in chain {
+        let len = d.len() as usize;
+        let s = skip.min(len);
+        skip -= s;
+        let rest = len - s;
+        if d.is_write_only()
+            || n + rest > out.len()
+            || mem
+                .read_slice(&mut out[n..n + rest], GuestAddress(d.addr().0 + s as u64))
+                .is_err()
+        {
+            bad = true;
+            break;
+        }
+        n += rest;
+    }
+    q.add_used(mem, head, 0).unwrap();
+    if bad || skip > 0 {
+        Moved::Bad
+    } else {
+        Moved::Packet(n)
+    }
+}
+
+/// Write `pkt` behind a zeroed header (num_buffers = 1) into the next
+/// receive buffer the driver posted (one descriptor, as ours are).
+fn push_rx(q: &mut Queue, mem: &GuestMemoryMmap, hdr_len: usize, pkt: &[u8]) -> Moved {
+    let Some(mut chain) = q.pop_descriptor_chain(mem) else {
+        return Moved::Empty;
+    };
+    let head = chain.head_index();
+    let Some(d) = chain.next() else {
+        return Moved::Bad;
+    };
+    let mut hdr = [0u8; 12];
+    hdr[10] = 1;
+    let fits = d.is_write_only() && d.len() as usize >= hdr_len + pkt.len();
+    let ok = fits
+        && mem.write_slice(&hdr[..hdr_len], d.addr()).is_ok()
+        && mem
+            .write_slice(pkt, GuestAddress(d.addr().0 + hdr_len as u64))
+            .is_ok();
+    let len = if ok { hdr_len + pkt.len() } else { 0 };
+    q.add_used(mem, head, len as u32).unwrap();
+    if ok {
+        Moved::Packet(pkt.len())
+    } else {
+        Moved::Bad
     }
 }
 

@@ -4,11 +4,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use nfkit_hw::DmaAllocator;
-use nfkit_virtio::vhost_user::device::{pop_tx, push_rx, Moved};
+use nfkit_virtio::vhost_user::device::{DeviceQueue, Moved};
 use nfkit_virtio::vhost_user::memory::{FrontendMemory, RegionDesc};
+use nfkit_virtio::vhost_user::shared_ring::RingAddrs;
 use nfkit_virtio::MemfdArena;
-use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestAddress;
+use std::sync::Arc;
 
 const QSIZE: u16 = 16;
 
@@ -20,18 +20,17 @@ fuzz_target!(|data: &[u8]| {
     let base = arena.base_addr();
     let region = RegionDesc { guest_phys_addr: base, memory_size: arena.len() as u64, userspace_addr: base, mmap_offset: 0 };
     let mem = FrontendMemory::map(&[region], vec![arena.file().try_clone().unwrap()]).unwrap();
-    let mut q = Queue::new(QSIZE).unwrap();
-    let _ = q.try_set_desc_table_address(GuestAddress(base));
-    let _ = q.try_set_avail_ring_address(GuestAddress(base + 256));
-    let _ = q.try_set_used_ring_address(GuestAddress(base + 2048));
-    q.set_ready(true);
+    let addrs = RingAddrs { desc: base, avail: base + 256, used: base + 2048 };
+    let event_idx = data.first().is_some_and(|b| b & 1 != 0);
+    let mut q = DeviceQueue::start(Arc::new(mem), addrs, QSIZE, 0, event_idx).unwrap();
     let mut out = [0u8; 2048];
     for _ in 0..2 * QSIZE {
-        match pop_tx(&mut q, &mem.mem, 12, &mut out) {
+        match q.pop_tx(12, &mut out) {
             Moved::Packet(n) => assert!(n <= out.len()),
             Moved::Empty => break,
             Moved::Bad => {}
         }
-        let _ = push_rx(&mut q, &mem.mem, 12, &[0x5a; 100]);
+        let _ = q.push_rx(12, &[0x5a; 100]);
+        let _ = q.publish_used();
     }
 });

@@ -3,10 +3,15 @@
 //! [`super::VirtioUser`]) plug into.
 //!
 //! The protocol (message framing, file descriptors over SCM_RIGHTS,
-//! reply-ack) is rust-vmm's `vhost` crate; the rings are walked with
-//! `virtio-queue` ([`super::device`]); what this file adds is the state
-//! machine of the vhost-user specification ("Ring states": stopped,
-//! started, enabled) and the checks on what the frontend tells us.
+//! reply-ack) is rust-vmm's `vhost` crate; the rings are walked by
+//! [`super::device`] over the mapped memory; what this file adds is the
+//! state machine of the vhost-user specification ("Ring states":
+//! stopped, started, enabled), the checks on what the frontend tells us,
+//! and the data path: per batch, one lock of the ring, one read of
+//! `avail.idx`, one memcpy per packet between the frontend's buffer and
+//! one of our pool's (taken from and returned to a per-queue cache, no
+//! lock per packet), one store of `used.idx`, and a call eventfd write
+//! only if the frontend asked for it.
 //!
 //! A thread owns the listening socket and serves one frontend at a time.
 //! When the frontend goes away (or breaks the protocol), its session
@@ -17,11 +22,13 @@
 //! (virtqueue 2*k*+1) is this port's receive queue *k*, and its
 //! receiveq *k* (2*k*) is our transmit queue *k*.
 
-use super::device::{pop_tx, push_rx, wants_interrupt, Moved};
+use super::device::{DeviceQueue, Moved};
 use super::memory::{FrontendMemory, RegionDesc};
+use super::shared_ring::RingAddrs;
 use crate::error::VirtioError;
 use crate::spec::feature;
-use nfkit_hw::{Batch, Mempool};
+use nfkit_hw::pool::MAX_BATCH;
+use nfkit_hw::{Batch, Mempool, PoolCache};
 use nfkit_port::{LinkStatus, Port, QueueStats};
 use parking_lot::Mutex;
 use std::fs::File;
@@ -34,67 +41,112 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use vhost::vhost_user::message::*;
 use vhost::vhost_user::{BackendReqHandler, Error as VuError, VhostUserBackendReqHandlerMut};
-use virtio_queue::{Queue, QueueT};
 
 /// Largest ring a frontend may ask for (§2.7: split rings).
 const MAX_RING: u16 = 1024;
 
-/// One ring as the frontend configured it.
+/// One ring as the frontend configured it. Each ring has its own lock:
+/// the data path takes only the lock of the ring it works on, once per
+/// batch; the socket thread takes it to change the ring (so a ring is
+/// never changed in the middle of a batch, and GET_VRING_BASE reports
+/// exactly where the data path stopped).
 struct Vring {
-    queue: Queue,
+    /// The device side of the ring while it is started and placed.
+    queue: Option<DeviceQueue>,
+    size: u16,
+    /// Ring addresses, as frontend virtual addresses (desc, avail, used).
+    addrs: Option<(u64, u64, u64)>,
+    /// SET_VRING_BASE: the available index to start from.
+    base: u16,
     call: Option<File>,
     /// SET_VRING_KICK received: the ring is started.
     started: bool,
     /// SET_VRING_ENABLE(1), or implied without PROTOCOL_FEATURES.
     enabled: bool,
-    /// Ring addresses, as frontend virtual addresses.
-    addrs: Option<(u64, u64, u64)>,
+    event_idx: bool,
+    hdr_len: usize,
+    /// The ring's fault was logged and counted.
+    fault_reported: bool,
 }
 
 impl Vring {
     fn new() -> Self {
         Vring {
-            // Cannot fail: MAX_RING is a power of two.
-            queue: Queue::new(MAX_RING).unwrap_or_else(|_| unreachable!()),
+            queue: None,
+            size: MAX_RING,
+            addrs: None,
+            base: 0,
             call: None,
             started: false,
             enabled: false,
-            addrs: None,
+            event_idx: false,
+            hdr_len: crate::spec::net::HDR_LEN_LEGACY,
+            fault_reported: false,
         }
     }
+
     fn live(&self) -> bool {
-        self.started && self.enabled && self.queue.ready()
+        self.started && self.enabled && self.queue.is_some()
     }
+
+    /// (Re)build the device side of a started ring over `mem`, where it
+    /// stands (a new memory table moves the mappings, not the ring).
+    fn place(&mut self, mem: &Arc<FrontendMemory>) -> Result<(), String> {
+        let (desc, avail, used) = self
+            .addrs
+            .ok_or("the ring has no addresses (SET_VRING_ADDR)")?;
+        let gpa = |va| mem.va_to_gpa(va).map_err(|e| e.to_string());
+        let addrs = RingAddrs {
+            desc: gpa(desc)?,
+            avail: gpa(avail)?,
+            used: gpa(used)?,
+        };
+        let from = self.queue.take().map_or(self.base, |q| q.next_avail());
+        self.base = from;
+        let q = DeviceQueue::start(mem.clone(), addrs, self.size, from, self.event_idx)
+            .map_err(|e| e.to_string())?;
+        self.queue = Some(q);
+        self.fault_reported = false;
+        Ok(())
+    }
+
     /// §2.7.7: tell the frontend, through its call eventfd, that buffers
-    /// were used, if it asked.
-    fn interrupt(&mut self, mem: &FrontendMemory) {
-        if wants_interrupt(&mut self.queue, &mem.mem) {
-            if let Some(call) = &mut self.call {
-                let _ = call.write(&1u64.to_ne_bytes());
-            }
+    /// were used (only called when it asked).
+    fn interrupt(&self) {
+        if let Some(mut call) = self.call.as_ref() {
+            // Fails only if the counter is saturated: it is signalled.
+            let _ = call.write(&1u64.to_ne_bytes());
+        }
+    }
+
+    /// Log and count a stopped queue once.
+    fn report_fault(&mut self, errors: &mut u64) {
+        let Some(f) = self.queue.as_ref().and_then(DeviceQueue::fault) else {
+            return;
+        };
+        if !self.fault_reported {
+            self.fault_reported = true;
+            *errors += 1;
+            tracing::warn!("vhost-user frontend broke a ring, which stops: {f}");
         }
     }
 }
 
-/// What one connected frontend set up.
+/// What one connected frontend set up, besides the rings.
 struct Session {
-    mem: Option<FrontendMemory>,
-    vrings: Vec<Vring>,
+    mem: Option<Arc<FrontendMemory>>,
     features: u64,
     protocol: u64,
-    hdr_len: usize,
     /// A SET_VRING_ENABLE came before the features were set.
     early_enable: bool,
 }
 
 impl Session {
-    fn new(rings: usize) -> Self {
+    fn new() -> Self {
         Session {
             mem: None,
-            vrings: (0..rings).map(|_| Vring::new()).collect(),
             features: 0,
             protocol: 0,
-            hdr_len: crate::spec::net::HDR_LEN_LEGACY,
             early_enable: false,
         }
     }
@@ -111,9 +163,21 @@ pub struct BackendCounters {
     pub protocol_errors: AtomicU64,
 }
 
+impl Shared {
+    /// Forget everything a frontend set up.
+    fn reset(&self) {
+        let mut s = self.session.lock();
+        *s = Session::new();
+        for v in self.vrings.iter() {
+            *v.lock() = Vring::new();
+        }
+    }
+}
+
 struct Shared {
     session: Mutex<Session>,
-    rings: usize,
+    /// Ring 2k is the frontend's receiveq k, 2k+1 its transmitq k.
+    vrings: Box<[Mutex<Vring>]>,
     connected: AtomicBool,
     stop: AtomicBool,
     /// The live connection, to shut it down when the port goes.
@@ -138,6 +202,9 @@ pub struct VhostUserBackend {
     name: String,
     mac: [u8; 6],
     pool: Mempool,
+    /// Per queue pair: buffers taken for received packets and returned
+    /// after transmission without a lock per packet.
+    caches: Vec<PoolCache>,
     shared: Arc<Shared>,
     stats: Vec<QueueStats>,
     thread: Option<JoinHandle<()>>,
@@ -167,8 +234,8 @@ impl VhostUserBackend {
             .map_err(|e| VirtioError::VhostUser(format!("socket: {e}")))?;
         let rings = 2 * pairs as usize;
         let shared = Arc::new(Shared {
-            session: Mutex::new(Session::new(rings)),
-            rings,
+            session: Mutex::new(Session::new()),
+            vrings: (0..rings).map(|_| Mutex::new(Vring::new())).collect(),
             connected: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             conn: Mutex::new(None),
@@ -182,6 +249,7 @@ impl VhostUserBackend {
         Ok(VhostUserBackend {
             name: cfg.name,
             mac: cfg.mac,
+            caches: (0..pairs).map(|_| pool.cache(2 * MAX_BATCH)).collect(),
             pool,
             shared,
             stats: vec![QueueStats::default(); pairs as usize],
@@ -198,11 +266,9 @@ impl VhostUserBackend {
     /// Whether the frontend has started and enabled both rings of pair
     /// `queue` (traffic can flow).
     pub fn ready(&self, queue: usize) -> bool {
-        let s = self.shared.session.lock();
-        s.mem.is_some()
-            && [2 * queue, 2 * queue + 1]
-                .iter()
-                .all(|&i| s.vrings.get(i).is_some_and(Vring::live))
+        [2 * queue, 2 * queue + 1]
+            .iter()
+            .all(|&i| self.shared.vrings.get(i).is_some_and(|v| v.lock().live()))
     }
 
     pub fn counters(&self) -> &BackendCounters {
@@ -248,7 +314,7 @@ fn serve(listener: UnixListener, shared: Arc<Shared>) {
         shared.connected.store(false, Ordering::Release);
         *shared.conn.lock() = None;
         // The frontend is gone: forget what it set up.
-        *shared.session.lock() = Session::new(shared.rings);
+        shared.reset();
     }
 }
 
@@ -318,23 +384,24 @@ impl Handler {
     fn offered(&self) -> u64 {
         let mut f =
             feature::F_VERSION_1 | feature::VHOST_USER_F_PROTOCOL_FEATURES | feature::F_EVENT_IDX;
-        if self.shared.rings > 2 {
+        if self.shared.vrings.len() > 2 {
             f |= feature::NET_F_MQ;
         }
         f
     }
 
+    /// Run `f` on ring `index` (refused if there is no such ring), with
+    /// the session: the session's lock first, then the ring's.
     fn with_ring<T>(
         &self,
         index: u32,
-        f: impl FnOnce(&mut Session, usize) -> VuResult<T>,
+        f: impl FnOnce(&mut Session, &mut Vring) -> VuResult<T>,
     ) -> VuResult<T> {
         let mut s = self.shared.session.lock();
-        let i = index as usize;
-        if i >= s.vrings.len() {
+        let Some(v) = self.shared.vrings.get(index as usize) else {
             return refuse(&self.shared, "ring index out of range");
-        }
-        f(&mut s, i)
+        };
+        f(&mut s, &mut v.lock())
     }
 }
 
@@ -347,7 +414,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
         Ok(())
     }
     fn reset_owner(&mut self) -> VuResult<()> {
-        *self.shared.session.lock() = Session::new(self.shared.rings);
+        self.shared.reset();
         Ok(())
     }
     fn reset_device(&mut self) -> VuResult<()> {
@@ -362,7 +429,8 @@ impl VhostUserBackendReqHandlerMut for Handler {
         }
         let mut s = self.shared.session.lock();
         s.features = features;
-        s.hdr_len = if features & (feature::F_VERSION_1 | feature::NET_F_MRG_RXBUF) != 0 {
+        // §5.1.6: VERSION_1 (or MRG_RXBUF) headers carry num_buffers.
+        let hdr_len = if features & (feature::F_VERSION_1 | feature::NET_F_MRG_RXBUF) != 0 {
             crate::spec::net::HDR_LEN_MODERN
         } else {
             crate::spec::net::HDR_LEN_LEGACY
@@ -371,10 +439,17 @@ impl VhostUserBackendReqHandlerMut for Handler {
         // Without PROTOCOL_FEATURES rings are enabled as they start; with
         // it, after an early SET_VRING_ENABLE (see `serve_one`) too.
         let implied = features & feature::VHOST_USER_F_PROTOCOL_FEATURES == 0 || s.early_enable;
-        for v in s.vrings.iter_mut() {
-            v.queue.set_event_idx(event_idx);
-            if implied {
-                v.enabled = true;
+        for v in self.shared.vrings.iter() {
+            let mut v = v.lock();
+            v.hdr_len = hdr_len;
+            v.event_idx = event_idx;
+            v.enabled |= implied;
+            if let (Some(mem), true) = (s.mem.as_ref(), v.queue.is_some()) {
+                // Features changed under a running ring (unusual): it
+                // goes on under the new ones.
+                if let Err(e) = v.place(mem) {
+                    tracing::warn!("vhost-user: ring stops: {e}");
+                }
             }
         }
         Ok(())
@@ -394,30 +469,32 @@ impl VhostUserBackendReqHandlerMut for Handler {
                 mmap_offset: r.mmap_offset,
             })
             .collect();
-        match FrontendMemory::map(&regions, files) {
-            Ok(m) => {
-                let mut s = self.shared.session.lock();
-                s.mem = Some(m);
-                // Ring addresses are frontend virtual addresses: place
-                // them again in the new table.
-                let Session { mem, vrings, .. } = &mut *s;
-                for v in vrings.iter_mut() {
-                    if let (Some(mem), Some(a)) = (mem.as_ref(), v.addrs) {
-                        let _ = place_ring(&mut v.queue, mem, a);
-                    }
+        let mem = match FrontendMemory::map(&regions, files) {
+            Ok(m) => Arc::new(m),
+            Err(e) => return refuse(&self.shared, &e.to_string()),
+        };
+        let mut s = self.shared.session.lock();
+        // Started rings are placed again in the new table (their
+        // addresses are frontend virtual addresses); the old mappings go
+        // when the last ring lets go of them.
+        for v in self.shared.vrings.iter() {
+            let mut v = v.lock();
+            if v.started {
+                if let Err(e) = v.place(&mem) {
+                    tracing::warn!("vhost-user: ring stops under the new memory table: {e}");
                 }
-                Ok(None)
             }
-            Err(e) => refuse(&self.shared, &e.to_string()),
         }
+        s.mem = Some(mem);
+        Ok(None)
     }
     fn set_vring_num(&mut self, index: u32, num: u32) -> VuResult<()> {
         let shared = self.shared.clone();
-        self.with_ring(index, |s, i| {
+        self.with_ring(index, |_, v| {
             if num == 0 || num > MAX_RING as u32 || !num.is_power_of_two() {
                 return refuse(&shared, "ring size must be a power of two up to 1024");
             }
-            s.vrings[i].queue.set_size(num as u16);
+            v.size = num as u16;
             Ok(())
         })
     }
@@ -431,71 +508,68 @@ impl VhostUserBackendReqHandlerMut for Handler {
         _log: u64,
     ) -> VuResult<()> {
         let shared = self.shared.clone();
-        self.with_ring(index, |s, i| {
+        self.with_ring(index, |s, v| {
             let Some(mem) = s.mem.as_ref() else {
                 return refuse(&shared, "SET_VRING_ADDR before SET_MEM_TABLE");
             };
-            let a = (descriptor, available, used);
-            if let Err(e) = place_ring(&mut s.vrings[i].queue, mem, a) {
-                return refuse(&shared, &e);
+            for va in [descriptor, available, used] {
+                if let Err(e) = mem.va_to_gpa(va) {
+                    return refuse(&shared, &e.to_string());
+                }
             }
-            s.vrings[i].addrs = Some(a);
+            v.addrs = Some((descriptor, available, used));
+            if v.started {
+                if let Err(e) = v.place(mem) {
+                    v.queue = None;
+                    return refuse(&shared, &e);
+                }
+            }
             Ok(())
         })
     }
     fn set_vring_base(&mut self, index: u32, base: u32) -> VuResult<()> {
-        self.with_ring(index, |s, i| {
-            let q = &mut s.vrings[i].queue;
-            q.set_next_avail(base as u16);
-            q.set_next_used(base as u16);
+        self.with_ring(index, |_, v| {
+            // The index is 16 bits (vhost-user "Ring states"); the
+            // upper half is ignored as the specification's users do.
+            v.base = base as u16;
             Ok(())
         })
     }
     fn get_vring_base(&mut self, index: u32) -> VuResult<VhostUserVringState> {
-        // The frontend stops the ring to read where it stands.
-        self.with_ring(index, |s, i| {
-            let v = &mut s.vrings[i];
+        // The frontend stops the ring to read where it stands; the data
+        // path is not inside a batch while we hold the ring's lock.
+        self.with_ring(index, |_, v| {
+            if let Some(q) = v.queue.take() {
+                v.base = q.next_avail();
+            }
             v.started = false;
-            v.queue.set_ready(false);
-            Ok(VhostUserVringState::new(index, v.queue.next_avail() as u32))
+            Ok(VhostUserVringState::new(index, v.base as u32))
         })
     }
     fn set_vring_kick(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
         // We poll the rings, so the kick eventfd is not read; receiving
         // it starts the ring (vhost-user "Ring states").
         let shared = self.shared.clone();
-        self.with_ring(index as u32, |s, i| {
-            let Session { mem, vrings, .. } = s;
-            let Some(mem) = mem.as_ref() else {
+        self.with_ring(index as u32, |s, v| {
+            let Some(mem) = s.mem.as_ref() else {
                 return refuse(&shared, "SET_VRING_KICK before SET_MEM_TABLE");
             };
-            let v = &mut vrings[i];
             if v.addrs.is_none() {
                 return refuse(&shared, "SET_VRING_KICK before SET_VRING_ADDR");
             }
-            v.queue.set_ready(true);
-            if !v.queue.is_valid(&mem.mem) {
-                v.queue.set_ready(false);
-                return refuse(&shared, "ring does not lie inside the memory table");
+            // Start from SET_VRING_BASE's index, even over a ring that
+            // was never stopped.
+            v.queue = None;
+            if let Err(e) = v.place(mem) {
+                return refuse(&shared, &format!("cannot start the ring: {e}"));
             }
-            // Resume after the used entries the ring already holds.
-            if let Ok(u) = v
-                .queue
-                .used_idx(&mem.mem, std::sync::atomic::Ordering::Acquire)
-            {
-                v.queue.set_next_used(u.0);
-            }
-            // We poll: ask the frontend not to kick (used.flags
-            // NO_NOTIFY, §2.7.10; with EVENT_IDX, avail_event is never
-            // moved on, so it kicks at most once per 65536 buffers).
-            let _ = v.queue.disable_notification(&mem.mem);
             v.started = true;
             Ok(())
         })
     }
     fn set_vring_call(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
-        self.with_ring(index as u32, |s, i| {
-            s.vrings[i].call = fd;
+        self.with_ring(index as u32, |_, v| {
+            v.call = fd;
             Ok(())
         })
     }
@@ -514,11 +588,11 @@ impl VhostUserBackendReqHandlerMut for Handler {
         Ok(())
     }
     fn get_queue_num(&mut self) -> VuResult<u64> {
-        Ok(self.shared.rings as u64)
+        Ok(self.shared.vrings.len() as u64)
     }
     fn set_vring_enable(&mut self, index: u32, enable: bool) -> VuResult<()> {
-        self.with_ring(index, |s, i| {
-            s.vrings[i].enabled = enable;
+        self.with_ring(index, |_, v| {
+            v.enabled = enable;
             Ok(())
         })
     }
@@ -573,25 +647,6 @@ impl VhostUserBackendReqHandlerMut for Handler {
     }
 }
 
-/// Point `q` at ring addresses given as frontend virtual addresses.
-fn place_ring(
-    q: &mut Queue,
-    mem: &FrontendMemory,
-    (desc, avail, used): (u64, u64, u64),
-) -> Result<(), String> {
-    let gpa = |va| {
-        mem.va_to_gpa(va)
-            .map(vm_memory::GuestAddress)
-            .map_err(|e| e.to_string())
-    };
-    q.try_set_desc_table_address(gpa(desc)?)
-        .map_err(|e| format!("descriptor table: {e}"))?;
-    q.try_set_avail_ring_address(gpa(avail)?)
-        .map_err(|e| format!("available ring: {e}"))?;
-    q.try_set_used_ring_address(gpa(used)?)
-        .map_err(|e| format!("used ring: {e}"))
-}
-
 impl Port for VhostUserBackend {
     fn name(&self) -> &str {
         &self.name
@@ -603,34 +658,34 @@ impl Port for VhostUserBackend {
         self.stats.len()
     }
 
-    /// Packets the frontend transmitted (its transmitq, ring 2q+1).
+    /// Packets the frontend transmitted (its transmitq, ring 2q+1), each
+    /// copied into one of our buffers.
     fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        let Some(stats) = self.stats.get_mut(queue) else {
+        let (Some(stats), Some(cache), Some(ring)) = (
+            self.stats.get_mut(queue),
+            self.caches.get_mut(queue),
+            self.shared.vrings.get(2 * queue + 1),
+        ) else {
             return 0;
         };
-        let mut s = self.shared.session.lock();
-        let Session {
-            mem,
-            vrings,
-            hdr_len,
-            ..
-        } = &mut *s;
-        let (Some(mem), Some(v)) = (mem.as_ref(), vrings.get_mut(2 * queue + 1)) else {
-            return 0;
-        };
+        let mut v = ring.lock();
         if !v.live() {
             return 0;
         }
+        let hdr_len = v.hdr_len;
+        let Some(q) = v.queue.as_mut() else {
+            return 0;
+        };
+        let room = self.pool.data_room();
         let mut got = 0;
-        while !batch.is_full() {
-            let Some(mut buf) = self.pool.alloc() else {
+        while !batch.is_full() && q.pending() > 0 {
+            // An empty pool leaves the packets in the frontend's ring.
+            let Some(mut buf) = cache.alloc() else {
                 break;
             };
-            let room = self.pool.data_room();
-            if buf.set_len(room).is_err() {
-                break;
-            }
-            match pop_tx(&mut v.queue, &mem.mem, *hdr_len, buf.data_mut()) {
+            // Cannot fail: the data room is the buffer's length limit.
+            let _ = buf.set_len(room);
+            match q.pop_tx(hdr_len, buf.data_mut()) {
                 Moved::Packet(n) => {
                     let _ = buf.set_len(n);
                     stats.rx_packets += 1;
@@ -638,52 +693,62 @@ impl Port for VhostUserBackend {
                     batch.push(buf);
                     got += 1;
                 }
-                Moved::Empty => break,
-                Moved::Bad => stats.rx_errors += 1,
+                Moved::Empty => {
+                    cache.free(buf);
+                    break;
+                }
+                Moved::Bad => {
+                    cache.free(buf);
+                    stats.rx_errors += 1;
+                }
             }
         }
-        if got > 0 {
-            v.interrupt(mem);
+        if q.publish_used() {
+            v.interrupt();
         }
+        v.report_fault(&mut stats.rx_errors);
         got
     }
 
-    /// Packets to the frontend (into its receiveq, ring 2q).
+    /// Packets to the frontend (into its receiveq, ring 2q), each copied
+    /// into a buffer it posted; ours go back to the cache.
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        let Some(stats) = self.stats.get_mut(queue) else {
+        let (Some(stats), Some(cache), Some(ring)) = (
+            self.stats.get_mut(queue),
+            self.caches.get_mut(queue),
+            self.shared.vrings.get(2 * queue),
+        ) else {
             return 0;
         };
-        let mut s = self.shared.session.lock();
-        let Session {
-            mem,
-            vrings,
-            hdr_len,
-            ..
-        } = &mut *s;
-        let (Some(mem), Some(v)) = (mem.as_ref(), vrings.get_mut(2 * queue)) else {
-            return 0;
-        };
+        let mut v = ring.lock();
         if !v.live() {
             return 0;
         }
+        let hdr_len = v.hdr_len;
+        let Some(q) = v.queue.as_mut() else {
+            return 0;
+        };
         let mut taken = 0;
         let mut sent = 0;
         for pkt in batch.iter() {
-            match push_rx(&mut v.queue, &mem.mem, *hdr_len, pkt.data()) {
+            match q.push_rx(hdr_len, pkt.data()) {
                 Moved::Packet(n) => {
                     stats.tx_packets += 1;
                     stats.tx_bytes += n as u64;
                     sent += 1;
                 }
+                // No receive buffer posted: the rest waits in `batch`.
                 Moved::Empty => break,
                 Moved::Bad => stats.tx_errors += 1,
             }
             taken += 1;
         }
-        batch.drain_front(taken);
-        if taken > 0 {
-            v.interrupt(mem);
+        if q.publish_used() {
+            v.interrupt();
         }
+        v.report_fault(&mut stats.tx_errors);
+        drop(v);
+        cache.free_bulk(batch.drain_front(taken));
         sent
     }
 
