@@ -16,8 +16,18 @@
 //! the bulk moves are what keeps the per-packet cost low.) A [`PktBuf`]
 //! dropped anywhere returns to the shared stack.
 //!
+//! A packet buffer does not count as a reference to its pool: making,
+//! moving, freeing a [`PktBuf`] touches no reference count (an atomic
+//! operation per packet, twice). Instead the shared stack, which knows
+//! exactly when every id is home, holds one pool handle for all the
+//! buffers while any id is out, and lets go of it when the last one comes
+//! back. The pool's memory therefore outlives every buffer, whichever of
+//! the pool's handles and buffers goes last.
+//!
 //! A receive ring lends its buffers to the device as entry ids only
-//! ([`RxBuffers`]): the [`PktBuf`] is made when a packet arrives.
+//! ([`RxBuffers`]): the [`PktBuf`] is made when a packet arrives. A
+//! transmit ring holds the buffers it sends in a [`TxBuffers`] and frees
+//! them in groups.
 
 use crate::dma::{DmaAllocator, DmaRegion};
 use crate::error::HwError;
@@ -48,9 +58,7 @@ struct Inner {
     count: u32,
     /// Device address of each entry's first byte.
     device_addrs: Box<[u64]>,
-    /// Free entry ids; capacity `count` from the start, so pushing never
-    /// allocates (an id is in at most one place at a time).
-    free: Mutex<Vec<u32>>,
+    free: Mutex<FreeStack>,
     meta: Box<[UnsafeCell<[u8; META_SIZE]>]>,
     name: String,
 }
@@ -60,6 +68,61 @@ struct Inner {
 unsafe impl Sync for Inner {}
 // SAFETY: as above; the region is Send.
 unsafe impl Send for Inner {}
+
+/// The shared stack of free entry ids, and the handle that keeps the
+/// pool alive while any id is out of it.
+struct FreeStack {
+    /// Free entry ids; capacity `count` from the start, so pushing never
+    /// allocates (an id is in at most one place at a time).
+    ids: Vec<u32>,
+    count: usize,
+    /// A handle on the pool, held while some id is out of the stack (in
+    /// a [`PktBuf`], a cache, a ring): buffers borrow the pool without a
+    /// reference count, so this one count stands for all of them. A
+    /// cycle (the pool holding itself) that the last id coming home
+    /// breaks.
+    keepalive: Option<Arc<Inner>>,
+}
+
+impl FreeStack {
+    /// Move up to `n` ids to `out`, in stack order (the last pushed goes
+    /// out last). `pool` is the stack's own pool.
+    #[inline]
+    fn take(&mut self, pool: &Arc<Inner>, n: usize, out: &mut impl Extend<u32>) -> usize {
+        let n = n.min(self.ids.len());
+        if n > 0 && self.keepalive.is_none() {
+            self.keepalive = Some(pool.clone());
+        }
+        let from = self.ids.len() - n;
+        out.extend(self.ids.drain(from..));
+        n
+    }
+
+    /// Take back `ids`. When that brings every id home, the keep-alive
+    /// handle is returned: the caller drops it after unlocking (it may
+    /// be the last handle, and free the pool with its lock).
+    #[inline]
+    #[must_use = "drop the keep-alive handle after unlocking"]
+    fn give_back(&mut self, ids: &[u32]) -> Option<Arc<Inner>> {
+        // Never reallocates: the stack has room for every id, and holds
+        // each at most once.
+        self.ids.extend_from_slice(ids);
+        if self.ids.len() >= self.count {
+            self.keepalive.take()
+        } else {
+            None
+        }
+    }
+}
+
+/// Return `ids` to the shared stack of `pool`, under one lock.
+#[inline]
+fn give_back(pool: &Mempool, ids: &[u32]) {
+    let last_handle = pool.inner.free.lock().give_back(ids);
+    // Unlocked; `pool` may be a borrowed handle that this frees, and is
+    // not used again.
+    drop(last_handle);
+}
 
 /// A pool of DMA packet buffers. Cheap to clone (shared).
 #[derive(Clone)]
@@ -105,7 +168,11 @@ impl Mempool {
             .map(|i| region.device_addr_at(i * buf_size))
             .collect();
         // Popped from the end: entry 0 goes out first.
-        let free = Mutex::new((0..count as u32).rev().collect());
+        let free = Mutex::new(FreeStack {
+            ids: (0..count as u32).rev().collect(),
+            count,
+            keepalive: None,
+        });
         let meta = (0..count)
             .map(|_| UnsafeCell::new([0u8; META_SIZE]))
             .collect();
@@ -133,7 +200,7 @@ impl Mempool {
     /// Buffers currently in the shared free queue (not counting buffers
     /// held in per-core caches).
     pub fn free_count(&self) -> usize {
-        self.inner.free.lock().len()
+        self.inner.free.lock().ids.len()
     }
     /// Entry size (headroom + data room).
     pub fn buf_size(&self) -> usize {
@@ -146,23 +213,23 @@ impl Mempool {
 
     /// Take one buffer from the shared stack.
     pub fn alloc(&self) -> Option<PktBuf> {
-        let id = self.inner.free.lock().pop()?;
-        Some(self.make(id))
+        let mut id = [0u32; 1];
+        let mut got = IdArray::new(&mut id);
+        self.inner.free.lock().take(&self.inner, 1, &mut got);
+        (got.len == 1).then(|| self.make(id[0]))
     }
 
     /// Take up to `n` buffers into `out` (under one lock); returns how
     /// many were added.
     pub fn alloc_bulk(&self, out: &mut Batch, n: usize) -> usize {
-        let mut free = self.inner.free.lock();
-        let mut got = 0;
-        while got < n && !out.is_full() {
-            match free.pop() {
-                Some(id) => {
-                    out.push(self.make(id));
-                    got += 1;
-                }
-                None => break,
-            }
+        let mut ids = [0u32; MAX_BATCH];
+        let mut got = IdArray::new(&mut ids);
+        let n = n.min(out.room());
+        self.inner.free.lock().take(&self.inner, n, &mut got);
+        let got = got.len;
+        // Popped order: the top of the stack goes out first.
+        for &id in ids[..got].iter().rev() {
+            out.push(self.make(id));
         }
         got
     }
@@ -173,26 +240,29 @@ impl Mempool {
         PoolCache {
             pool: self.clone(),
             ids: Vec::with_capacity(limit * 2),
-            handles: Vec::with_capacity(limit * 2),
             limit,
         }
+    }
+
+    /// A copy of this handle that holds no reference count, for a buffer
+    /// of this pool; it must never be dropped (hence `ManuallyDrop`).
+    #[inline(always)]
+    fn borrowed(&self) -> ManuallyDrop<Mempool> {
+        // SAFETY: a bitwise copy of the `Arc` that is never dropped, so
+        // the count stays balanced. It is only used while its buffer's id
+        // is out of the shared stack, and meanwhile the stack's
+        // keep-alive handle keeps the pool allocated (see `FreeStack`).
+        ManuallyDrop::new(unsafe { std::ptr::read(self) })
     }
 
     #[inline(always)]
     fn make(&self, id: u32) -> PktBuf {
         PktBuf {
-            pool: self.clone(),
+            pool: self.borrowed(),
             id,
             offset: HEADROOM as u16,
             len: 0,
         }
-    }
-
-    #[inline(always)]
-    fn release(&self, id: u32) {
-        // Never reallocates: the stack has room for every id, and holds
-        // each at most once.
-        self.inner.free.lock().push(id);
     }
 
     /// Device address of the first byte of entry `id` (< count).
@@ -204,21 +274,41 @@ impl Mempool {
         unsafe { *self.inner.device_addrs.get_unchecked(id as usize) }
     }
 
-    fn same(&self, other: &Mempool) -> bool {
+    /// Whether `other` is a handle on the same pool.
+    #[inline(always)]
+    pub fn same(&self, other: &Mempool) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 
-/// A per-core stack of free entry ids (no lock and, for buffers that
-/// come back to the cache they left, no atomic operation per packet).
+/// Fixed room for ids taken under one lock, as an `Extend` target.
+struct IdArray<'a> {
+    ids: &'a mut [u32],
+    len: usize,
+}
+
+impl<'a> IdArray<'a> {
+    fn new(ids: &'a mut [u32]) -> Self {
+        IdArray { ids, len: 0 }
+    }
+}
+
+impl Extend<u32> for IdArray<'_> {
+    fn extend<I: IntoIterator<Item = u32>>(&mut self, iter: I) {
+        for id in iter {
+            if let Some(slot) = self.ids.get_mut(self.len) {
+                *slot = id;
+                self.len += 1;
+            }
+        }
+    }
+}
+
+/// A per-core stack of free entry ids (no lock and no atomic operation
+/// per packet).
 pub struct PoolCache {
     pool: Mempool,
     ids: Vec<u32>,
-    /// Pool handles of buffers freed here: a buffer freed to the cache
-    /// leaves its handle (its reference count) beside its id, and the
-    /// next buffer handed out takes it, so no count moves in between.
-    /// At most `ids.len()` long.
-    handles: Vec<Mempool>,
     limit: usize,
 }
 
@@ -240,7 +330,7 @@ impl PoolCache {
     #[inline]
     pub fn alloc(&mut self) -> Option<PktBuf> {
         let id = self.alloc_id()?;
-        Some(self.wrap(id))
+        Some(self.pool.make(id))
     }
 
     /// Return a buffer. A buffer of another pool goes straight home.
@@ -250,7 +340,8 @@ impl PoolCache {
             drop(buf);
             return;
         }
-        self.free_own(buf);
+        let id = buf.into_id();
+        self.free_id(id);
     }
 
     /// Return many buffers. Those of this pool stay in the cache; the
@@ -259,16 +350,22 @@ impl PoolCache {
     pub fn free_bulk(&mut self, bufs: impl Iterator<Item = PktBuf>) {
         let mut run = ForeignRun::default();
         for buf in bufs {
-            let (pool, id) = buf.into_parts();
-            if pool.same(&self.pool) {
-                self.keep_handle(pool);
-                self.free_id(id);
-            } else if !run.add(&pool, id) {
-                run.flush();
-                run.start(pool, id);
-            }
+            self.free_into(buf, &mut run);
         }
         run.flush();
+    }
+
+    /// One buffer of [`Self::free_bulk`]: kept if it is this pool's,
+    /// else added to `run` (flushed first if it is another pool's run or
+    /// full).
+    #[inline(always)]
+    fn free_into(&mut self, buf: PktBuf, run: &mut ForeignRun) {
+        if buf.pool.same(&self.pool) {
+            let id = buf.into_id();
+            self.free_id(id);
+        } else {
+            run.add(buf);
+        }
     }
 
     /// Ids currently cached.
@@ -289,93 +386,65 @@ impl PoolCache {
     /// Take back an entry id the caller owned.
     #[inline(always)]
     fn free_id(&mut self, id: u32) {
-        self.ids.push(id);
         if self.ids.len() >= 2 * self.limit {
             self.spill();
         }
-    }
-
-    /// A packet buffer owning `id`, with a cached handle if there is one.
-    #[inline(always)]
-    fn wrap(&mut self, id: u32) -> PktBuf {
-        PktBuf {
-            pool: self.handles.pop().unwrap_or_else(|| self.pool.clone()),
-            id,
-            offset: HEADROOM as u16,
-            len: 0,
-        }
-    }
-
-    #[inline(always)]
-    fn free_own(&mut self, buf: PktBuf) {
-        let (pool, id) = buf.into_parts();
-        self.keep_handle(pool);
-        self.free_id(id);
-    }
-
-    /// Keep a handle of this pool for the next buffer handed out.
-    #[inline(always)]
-    fn keep_handle(&mut self, pool: Mempool) {
-        if self.handles.len() < self.handles.capacity() {
-            self.handles.push(pool);
-        }
+        // Never reallocates: spilling keeps the length below the
+        // capacity of 2 * limit.
+        self.ids.push(id);
     }
 
     #[cold]
     fn refill(&mut self) {
-        let mut free = self.pool.inner.free.lock();
-        let take = free.len().min(self.limit.min(CACHE_CHUNK * 4));
-        let from = free.len() - take;
-        self.ids.extend(free.drain(from..));
+        let want = self.limit.min(CACHE_CHUNK * 4);
+        let inner = &self.pool.inner;
+        inner.free.lock().take(inner, want, &mut self.ids);
     }
 
     #[cold]
     fn spill(&mut self) {
         let keep = self.limit;
-        self.pool.inner.free.lock().extend(self.ids.drain(keep..));
-        self.handles.truncate(keep);
+        give_back(&self.pool, &self.ids[keep..]);
+        self.ids.truncate(keep);
     }
 }
 
 impl Drop for PoolCache {
     fn drop(&mut self) {
-        self.pool.inner.free.lock().append(&mut self.ids);
+        give_back(&self.pool, &self.ids);
+        self.ids.clear();
     }
 }
 
 /// Ids of consecutive freed buffers of one pool, returned under one lock.
 #[derive(Default)]
 struct ForeignRun {
-    pool: Option<Mempool>,
+    /// The pool of the ids, borrowed like a buffer's (the ids are out of
+    /// its stack, so it is alive).
+    pool: Option<ManuallyDrop<Mempool>>,
     ids: [u32; CACHE_CHUNK],
     len: usize,
 }
 
 impl ForeignRun {
-    /// Add `id` of `pool` if the run is of that pool and has room; its
-    /// handle is then dropped by the caller (the run keeps one).
+    /// Add a buffer: to this run if it is of the run's pool and there is
+    /// room, else to a new run after flushing this one.
     #[inline(always)]
-    fn add(&mut self, pool: &Mempool, id: u32) -> bool {
-        let fits = self.len < CACHE_CHUNK && self.pool.as_ref().is_some_and(|p| p.same(pool));
-        if fits {
-            self.ids[self.len % CACHE_CHUNK] = id;
-            self.len += 1;
+    fn add(&mut self, buf: PktBuf) {
+        let fits = self.len < CACHE_CHUNK && self.pool.as_ref().is_some_and(|p| p.same(&buf.pool));
+        if !fits {
+            self.flush();
+            self.pool = Some(buf.pool.borrowed());
         }
-        fits
-    }
-
-    /// Begin a new (flushed) run.
-    fn start(&mut self, pool: Mempool, id: u32) {
-        self.pool = Some(pool);
-        self.ids[0] = id;
-        self.len = 1;
+        self.ids[self.len % CACHE_CHUNK] = buf.into_id();
+        self.len += 1;
     }
 
     fn flush(&mut self) {
         if let Some(pool) = &self.pool {
-            let ids = &self.ids[..self.len.min(CACHE_CHUNK)];
-            pool.inner.free.lock().extend_from_slice(ids);
+            give_back(pool, &self.ids[..self.len.min(CACHE_CHUNK)]);
         }
+        self.pool = None;
         self.len = 0;
     }
 }
@@ -387,6 +456,8 @@ pub struct RxBuffers {
     cache: PoolCache,
     ids: Box<[u32]>,
     mask: usize,
+    /// The pool's data room: no packet taken is longer.
+    data_room: usize,
 }
 
 impl fmt::Debug for RxBuffers {
@@ -421,6 +492,7 @@ impl RxBuffers {
             cache,
             ids: ids.into_boxed_slice(),
             mask: entries - 1,
+            data_room: pool.data_room(),
         })
     }
 
@@ -437,15 +509,20 @@ impl RxBuffers {
     }
 
     /// The device wrote `len` bytes into the buffer of descriptor
-    /// `i mod entries`: take it as a packet, and put a fresh buffer in its
-    /// place. Returns the packet and the device address for the
-    /// descriptor, or `None` (nothing changed) if the pool is empty.
+    /// `i mod entries`: take it as a packet (of at most the data room),
+    /// and put a fresh buffer in its place. Returns the packet and the
+    /// device address for the descriptor, or `None` (nothing changed) if
+    /// the pool is empty.
     #[inline(always)]
     pub fn take(&mut self, i: usize, len: usize) -> Option<(PktBuf, u64)> {
         let fresh = self.cache.alloc_id()?;
         let id = std::mem::replace(self.slot_mut(i), fresh);
-        let mut pkt = self.cache.wrap(id);
-        pkt.set_received(len);
+        let pkt = PktBuf {
+            pool: self.cache.pool.borrowed(),
+            id,
+            offset: HEADROOM as u16,
+            len: len.min(self.data_room) as u16,
+        };
         let addr = self.cache.pool.entry_device_addr(fresh) + HEADROOM as u64;
         Some((pkt, addr))
     }
@@ -476,10 +553,85 @@ impl Drop for RxBuffers {
     }
 }
 
+/// The buffers a transmit ring holds while the device sends them: one
+/// slot per descriptor, of any pool, freed in groups once sent. Buffers
+/// of the transmit queue's own pool stay in its cache for the next
+/// allocation; others go home under one lock per group.
+pub struct TxBuffers {
+    cache: PoolCache,
+    slots: Box<[Option<PktBuf>]>,
+    mask: usize,
+}
+
+impl fmt::Debug for TxBuffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TxBuffers")
+            .field("pool", &self.cache.pool.name())
+            .field("entries", &self.slots.len())
+            .finish()
+    }
+}
+
+impl TxBuffers {
+    /// Empty slots for `entries` descriptors (a power of two), freeing
+    /// into a cache of `pool`; `None` if `entries` is not a power of two.
+    pub fn new(pool: &Mempool, entries: usize) -> Option<TxBuffers> {
+        if !entries.is_power_of_two() {
+            return None;
+        }
+        Some(TxBuffers {
+            cache: pool.cache(entries.max(MAX_BATCH * 2)),
+            slots: (0..entries).map(|_| None).collect(),
+            mask: entries - 1,
+        })
+    }
+
+    /// Hold `pkt` in the slot of descriptor `i mod entries` until
+    /// [`Self::free_sent`] (a buffer still there is freed first).
+    #[inline(always)]
+    pub fn hold(&mut self, i: usize, pkt: PktBuf) {
+        let i = i & self.mask;
+        // SAFETY: `slots` has mask + 1 entries (built so in `new`, never
+        // resized), so `i` is in bounds.
+        let slot = unsafe { self.slots.get_unchecked_mut(i) };
+        if let Some(old) = slot.replace(pkt) {
+            drop_cold(old);
+        }
+    }
+
+    /// Free the buffers of the `n` descriptors from `first` (indices
+    /// wrap), which the device has sent.
+    pub fn free_sent(&mut self, first: usize, n: usize) {
+        let mut run = ForeignRun::default();
+        for k in 0..n {
+            let i = (first + k) & self.mask;
+            // SAFETY: as in `hold`.
+            let slot = unsafe { self.slots.get_unchecked_mut(i) };
+            if let Some(buf) = slot.take() {
+                self.cache.free_into(buf, &mut run);
+            }
+        }
+        run.flush();
+    }
+
+    /// The pool freed buffers are cached for.
+    pub fn pool(&self) -> &Mempool {
+        &self.cache.pool
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_cold(buf: PktBuf) {
+    drop(buf);
+}
+
 /// One packet in a DMA buffer of a [`Mempool`]. Dropping it returns the
 /// buffer to its pool.
 pub struct PktBuf {
-    pool: Mempool,
+    /// The pool, borrowed: no reference count (the pool's shared stack
+    /// keeps it alive while this buffer is out, see `FreeStack`).
+    pool: ManuallyDrop<Mempool>,
     id: u32,
     /// Offset of the first data byte within the entry.
     offset: u16,
@@ -511,14 +663,10 @@ impl PktBuf {
     }
 
     /// Give up ownership without returning the entry: the caller now
-    /// owns `id` (and the pool handle's count).
+    /// owns `id`.
     #[inline(always)]
-    fn into_parts(self) -> (Mempool, u32) {
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is never used or dropped again, so the pool
-        // handle is moved out exactly once.
-        let pool = unsafe { std::ptr::read(&this.pool) };
-        (pool, this.id)
+    fn into_id(self) -> u32 {
+        ManuallyDrop::new(self).id
     }
 
     /// Start of the packet bytes, in memory.
@@ -685,7 +833,7 @@ impl PktBuf {
 
 impl Drop for PktBuf {
     fn drop(&mut self) {
-        self.pool.release(self.id);
+        give_back(&self.pool, &[self.id]);
     }
 }
 
@@ -881,6 +1029,53 @@ mod tests {
         let again: Vec<PktBuf> = (0..own).map(|_| cache.alloc().unwrap()).collect();
         drop(again);
         drop(cache);
+        assert_eq!(mine.free_count(), 64);
+        assert_eq!(Arc::strong_count(&mine.inner), 1, "no handle leaked");
+        assert_eq!(Arc::strong_count(&theirs.inner), 1, "no handle leaked");
+    }
+
+    #[test]
+    fn buffers_keep_their_pool_alive_without_counting() {
+        let dma = SimDma::new();
+        let pool = Mempool::new(&*dma, "gone", 8, 2048).unwrap();
+        let weak = Arc::downgrade(&pool.inner);
+        let mut a = pool.alloc().unwrap();
+        let b = pool.alloc().unwrap();
+        assert_eq!(
+            Arc::strong_count(&pool.inner),
+            2,
+            "one keep-alive for all the buffers out"
+        );
+        drop(pool);
+        a.copy_from(&[7; 60]).unwrap();
+        assert_eq!(a.data(), &[7; 60][..], "the memory is still there");
+        drop(a);
+        assert!(weak.upgrade().is_some(), "one buffer is still out");
+        drop(b);
+        assert!(
+            weak.upgrade().is_none(),
+            "the last buffer home frees the pool"
+        );
+    }
+
+    #[test]
+    fn tx_buffers_free_own_to_the_cache_and_foreign_home() {
+        let dma = SimDma::new();
+        let mine = Mempool::new(&*dma, "mine", 64, 2048).unwrap();
+        let theirs = Mempool::new(&*dma, "theirs", 64, 2048).unwrap();
+        let mut tx = TxBuffers::new(&mine, 16).unwrap();
+        assert!(TxBuffers::new(&mine, 12).is_none());
+        // 20 slots from 10: indices wrap past the end of the ring.
+        for i in 10..30 {
+            let pool = if i % 4 == 0 { &mine } else { &theirs };
+            tx.hold(i, pool.alloc().unwrap());
+        }
+        // 30..34 wrap onto 14..18, still held: those four are freed on hold.
+        assert_eq!(theirs.free_count() + mine.free_count(), 128 - 16);
+        tx.free_sent(14, 16);
+        assert_eq!(theirs.free_count(), 64, "foreign buffers went home");
+        assert_eq!(tx.cache.cached() + mine.free_count(), 64);
+        drop(tx);
         assert_eq!(mine.free_count(), 64);
         assert_eq!(Arc::strong_count(&mine.inner), 1, "no handle leaked");
         assert_eq!(Arc::strong_count(&theirs.inner), 1, "no handle leaked");
