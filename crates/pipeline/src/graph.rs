@@ -8,7 +8,7 @@
 use crate::counters::{GateCounters, ModuleCounters};
 use crate::metadata::{assign_offsets, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
-use crate::runtime::{Runtime, Slot};
+use crate::runtime::{Part, Runtime, Slot};
 use crate::sched::TcCounters;
 use crate::sched::{Placement, PolicySpec, TcError, TcStats, TcTree};
 use std::collections::HashMap;
@@ -77,6 +77,9 @@ pub(crate) struct Node {
     pub is_task: bool,
     pub ogates: Vec<Option<(ModuleId, usize)>>,
     pub counters: Arc<ModuleCounters>,
+    /// Counters of the task half when the module spans two workers (each
+    /// counter has one writing thread; statistics add both sets).
+    pub half_counters: Arc<ModuleCounters>,
     pub igate_counters: Vec<Arc<GateCounters>>,
     pub ogate_counters: Vec<Arc<GateCounters>>,
 }
@@ -145,6 +148,7 @@ impl Graph {
             module: Some(module),
             ogates: vec![None; ogates],
             counters: Arc::default(),
+            half_counters: Arc::default(),
             igate_counters: (0..igates).map(|_| Arc::default()).collect(),
             ogate_counters: (0..ogates).map(|_| Arc::default()).collect(),
         }));
@@ -517,11 +521,14 @@ impl Graph {
                 .or(task_worker.get(&id).copied())
                 .unwrap_or(0);
             let mut module = node.module.take().expect("modules are home at commit");
+            let mut part = Part::Whole;
             if let Some(&tw) = task_worker.get(&id).filter(|&&tw| tw != home) {
                 let half = module.task_half().expect("checked above");
-                plans[tw].runtime.slots[id] = Some(Slot::new(node, half, attrs[id].clone(), true));
+                plans[tw].runtime.slots[id] =
+                    Some(Slot::new(node, half, attrs[id].clone(), Part::TaskHalf));
+                part = Part::InputHalf;
             }
-            plans[home].runtime.slots[id] = Some(Slot::new(node, module, attrs[id].clone(), false));
+            plans[home].runtime.slots[id] = Some(Slot::new(node, module, attrs[id].clone(), part));
         }
         Ok(plans)
     }

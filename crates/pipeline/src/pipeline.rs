@@ -140,6 +140,9 @@ impl Pipeline {
         let Some(states) = self.parked.as_mut() else {
             return Ok(());
         };
+        for st in states.iter_mut() {
+            st.sched.resync();
+        }
         for _ in 0..rounds {
             for st in states.iter_mut() {
                 let rt = &mut st.runtime;
@@ -208,6 +211,7 @@ impl Pipeline {
                     }
                 }
                 while let Ok(mut st) = cmd_rx.recv() {
+                    st.sched.resync();
                     // One relaxed load a round: free next to a task run.
                     while !flag.load(Ordering::Relaxed) {
                         let rt = &mut st.runtime;
@@ -350,9 +354,9 @@ impl Pipeline {
             .map(|(id, n)| ModuleStats {
                 name: n.name.clone(),
                 class: n.class,
-                created: n.counters.created.get(),
-                consumed: n.counters.consumed.get(),
-                dropped: n.counters.dropped.get(),
+                created: n.counters.created.get() + n.half_counters.created.get(),
+                consumed: n.counters.consumed.get() + n.half_counters.consumed.get(),
+                dropped: n.counters.dropped.get() + n.half_counters.dropped.get(),
                 igates: n.igate_counters.iter().map(|c| c.snapshot()).collect(),
                 ogates: n.ogate_counters.iter().map(|c| c.snapshot()).collect(),
                 extra: std::mem::take(&mut extra[id]),

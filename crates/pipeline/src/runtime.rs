@@ -17,6 +17,20 @@ use std::sync::Arc;
 /// (a packet loop) is dropped and counted.
 pub const MAX_DEPTH: usize = 64;
 
+/// Which part of its module a slot runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// Input side and task, on one worker.
+    Whole,
+    /// The input side of a module whose task runs on another worker. It
+    /// hands packets on only through its task half, so its output gates
+    /// lead nowhere here (each gate counter has one writing thread).
+    InputHalf,
+    /// The task of a module whose input side runs on another worker,
+    /// counting into the module's second set of counters.
+    TaskHalf,
+}
+
 pub(crate) struct Slot {
     pub module: Box<dyn Module>,
     /// The task-only half of a module whose input side runs elsewhere.
@@ -30,14 +44,22 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    pub fn new(node: &Node, module: Box<dyn Module>, attrs: Vec<Attr>, is_half: bool) -> Slot {
+    pub fn new(node: &Node, module: Box<dyn Module>, attrs: Vec<Attr>, part: Part) -> Slot {
+        let targets = match part {
+            Part::InputHalf => vec![None; node.ogates.len()].into(),
+            Part::Whole | Part::TaskHalf => node.ogates.clone().into(),
+        };
+        let counters = match part {
+            Part::TaskHalf => node.half_counters.clone(),
+            Part::Whole | Part::InputHalf => node.counters.clone(),
+        };
         Slot {
             module,
-            is_half,
+            is_half: part == Part::TaskHalf,
             attrs: attrs.into(),
             outs: node.ogates.iter().map(|_| Batch::new()).collect(),
-            targets: node.ogates.clone().into(),
-            counters: node.counters.clone(),
+            targets,
+            counters,
             igate_counters: node.igate_counters.clone().into(),
             ogate_counters: node.ogate_counters.clone().into(),
         }
@@ -73,13 +95,7 @@ impl Runtime {
         };
         let mut ctx = Ctx::new(&mut slot.outs, &slot.attrs, &slot.counters, now, worker);
         slot.module.run_task(&mut ctx);
-        let (mut packets, mut bits) = (0u64, 0u64);
-        for b in slot.outs.iter() {
-            packets += b.len() as u64;
-            bits += batch_bits(b);
-        }
-        self.flush(task, now);
-        (packets, bits)
+        self.flush(task, now)
     }
 
     fn process(&mut self, m: usize, igate: usize, batch: &mut Batch, now: u64) {
@@ -98,7 +114,10 @@ impl Runtime {
     }
 
     /// Hand every non-empty output batch of `m` to the module behind it.
-    fn flush(&mut self, m: usize, now: u64) {
+    /// Returns the (packets, bits) that left `m`'s gates, handed on or
+    /// dropped (each batch's bits are summed once, here).
+    fn flush(&mut self, m: usize, now: u64) -> (u64, u64) {
+        let (mut packets, mut bits) = (0u64, 0u64);
         let gates = self.slots[m].as_ref().map_or(0, |s| s.outs.len());
         for g in 0..gates {
             let target = self.slots[m]
@@ -106,29 +125,32 @@ impl Runtime {
                 .and_then(|s| s.targets[g])
                 .filter(|&(t, _)| self.slots[t].is_some());
             let Some(slot) = self.slots[m].as_mut() else {
-                return;
+                break;
             };
             if slot.outs[g].is_empty() {
                 continue;
             }
-            let (Some((t, ig)), Some(mut b)) = (target, self.spare.pop()) else {
+            let (n, b) = (slot.outs[g].len() as u64, batch_bits(&slot.outs[g]));
+            packets += n;
+            bits += b;
+            let (Some((t, ig)), Some(mut batch)) = (target, self.spare.pop()) else {
                 // Unconnected gate, or the walk is too deep (a loop).
-                slot.counters.dropped.add(slot.outs[g].len() as u64);
+                slot.counters.dropped.add(n);
                 slot.outs[g].clear();
                 continue;
             };
-            std::mem::swap(&mut b, &mut slot.outs[g]);
-            let (n, bits) = (b.len() as u64, batch_bits(&b));
-            slot.ogate_counters[g].count(n, bits);
+            std::mem::swap(&mut batch, &mut slot.outs[g]);
+            slot.ogate_counters[g].count(n, b);
             if let Some(c) = self.slots[t]
                 .as_ref()
                 .and_then(|s| s.igate_counters.get(ig))
             {
-                c.count(n, bits);
+                c.count(n, b);
             }
-            self.process(t, ig, &mut b, now);
-            self.spare.push(b);
+            self.process(t, ig, &mut batch, now);
+            self.spare.push(batch);
         }
+        (packets, bits)
     }
 
     /// Tell every module the workers are pausing.

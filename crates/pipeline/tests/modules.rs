@@ -46,9 +46,12 @@ fn merge_sends_every_input_to_gate_0() {
 #[test]
 fn sink_consumes_everything() {
     let mut h = Harness::new();
-    let out = h.run(&mut Sink, 0, &frames(5));
+    let mut sink = Sink::new(h.pool());
+    let out = h.run(&mut sink, 0, &frames(5));
     assert!(out.is_empty());
     assert_eq!(h.counters(), (0, 5, 0));
+    // Freed into the sink's cache, and home when the sink goes.
+    drop(sink);
     assert_eq!(
         h.pool().free_count(),
         h.pool().capacity(),

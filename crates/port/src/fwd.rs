@@ -84,10 +84,14 @@ pub fn fwd(
     let start = Instant::now();
     let mut last_stats = start;
     let mut polls = 0u32;
+    // Queue counts are fixed once a port is open: ask once.
+    let ab = QueueMap::new(&*a, &*b);
+    let ba = QueueMap::new(&*b, &*a);
     loop {
         forward(
             &mut *a,
             &mut *b,
+            ab,
             &mut batch,
             opts.touch,
             &mut report.dirs[0],
@@ -95,6 +99,7 @@ pub fn fwd(
         forward(
             &mut *b,
             &mut *a,
+            ba,
             &mut batch,
             opts.touch,
             &mut report.dirs[1],
@@ -132,17 +137,38 @@ fn fill(r: &mut FwdReport, a: &dyn Port, b: &dyn Port, start: Instant) {
     r.elapsed = start.elapsed();
 }
 
+/// Which queues one direction uses: RX queue `q` of the receiving port
+/// feeds TX queue `q % tx` of the sending one.
+#[derive(Debug, Clone, Copy)]
+struct QueueMap {
+    rx: usize,
+    tx: usize,
+}
+
+impl QueueMap {
+    fn new(from: &dyn Port, to: &dyn Port) -> QueueMap {
+        QueueMap {
+            rx: from.rx_queues(),
+            tx: to.tx_queues().max(1),
+        }
+    }
+}
+
 /// One round over the RX queues of `from`.
 #[inline]
 fn forward(
     from: &mut dyn Port,
     to: &mut dyn Port,
+    queues: QueueMap,
     batch: &mut Batch,
     touch: Touch,
     s: &mut DirStats,
 ) {
-    let txq = to.tx_queues().max(1);
-    for q in 0..from.rx_queues() {
+    // `q % queues.tx`, wrapped by comparison (no division).
+    let mut next_tx = 0;
+    for q in 0..queues.rx {
+        let txq = next_tx;
+        next_tx = if txq + 1 == queues.tx { 0 } else { txq + 1 };
         let n = from.rx_batch(q, batch);
         if n == 0 {
             continue;
@@ -152,9 +178,11 @@ fn forward(
             s.bytes += p.len() as u64;
             touch_packet(p, touch);
         }
-        s.forwarded += to.tx_batch(q % txq, batch) as u64;
-        s.dropped += batch.len() as u64;
-        batch.clear();
+        s.forwarded += to.tx_batch(txq, batch) as u64;
+        if !batch.is_empty() {
+            s.dropped += batch.len() as u64;
+            batch.clear();
+        }
     }
 }
 

@@ -1,8 +1,24 @@
 //! `null:`: a sink that discards everything sent to it and, with
-//! `size=N`, a source of endless N-byte frames copied from one template
-//! built at open. For measuring the overhead of everything else: the
-//! receive path is a cached buffer allocation plus one small copy, the
-//! send path returns buffers to a per-port cache.
+//! `size=N`, a source of endless N-byte frames, like DPDK's `net_null`:
+//! for measuring the overhead of everything else.
+//!
+//! What a source delivers. Every frame is N bytes long. By default (as
+//! `net_null` without `copy=1`) receiving writes nothing into the
+//! packet: each buffer of the port's pool is given the UDP frame of
+//! [`udp_template`] when the port opens, and a received frame's bytes are
+//! whatever its buffer holds when handed out. That is the template
+//! unless a user of the buffer changed it on an earlier trip (an NF that
+//! rewrote a header, a generator that allocated from the port's pool and
+//! wrote its own frame). With `copy=1` every received frame is written
+//! from the template, so its bytes are always exactly the template's
+//! (DPDK's `copy=1` also copies on transmit; ours does not).
+//!
+//! A receive call hands out at most [`BURST`] frames (testpmd's default
+//! burst, which it asks of `net_null`): the receive path is a cached
+//! buffer allocation and a length per packet (plus the copy with
+//! `copy=1`). The send path returns a whole batch to a per-port pool
+//! cache ([`PoolCache::free_bulk`]): no lock per packet, buffers of
+//! another port's pool going home under one lock per run of them.
 
 use crate::open::{software_pool, OpenOptions};
 use crate::spec::NullSpec;
@@ -11,12 +27,25 @@ use nfkit_hw::PoolCache;
 
 /// Source MAC of null ports (locally administered).
 const NULL_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+/// Most frames one receive call hands out.
+pub const BURST: usize = 32;
+/// Buffer ids the port's cache keeps (refills and spills move half).
+const CACHE_SIZE: usize = 256;
+
+/// What a null port receives.
+#[derive(Debug)]
+struct Frames {
+    template: Vec<u8>,
+    /// Write the template into every frame (`copy=1`).
+    copy: bool,
+}
 
 pub struct NullPort {
     name: String,
     pool: Mempool,
     cache: PoolCache,
-    template: Option<Vec<u8>>,
+    /// `None`: a sink only.
+    frames: Option<Frames>,
     stats: QueueStats,
 }
 
@@ -34,13 +63,31 @@ impl NullPort {
                 ));
             }
         }
+        let frames = spec.size.map(|size| Frames {
+            template: udp_template(size),
+            copy: spec.copy,
+        });
+        if let Some(f) = frames.as_ref().filter(|f| !f.copy) {
+            fill_pool(&pool, &f.template);
+        }
         Ok(NullPort {
             name: name.to_string(),
-            cache: pool.cache(64),
+            cache: pool.cache(CACHE_SIZE),
             pool,
-            template: spec.size.map(udp_template),
+            frames,
             stats: QueueStats::default(),
         })
+    }
+}
+
+/// Write `template` into every buffer of `pool` (all of them free: the
+/// port has just made it).
+fn fill_pool(pool: &Mempool, template: &[u8]) {
+    let mut bufs = Vec::with_capacity(pool.capacity());
+    while let Some(mut b) = pool.alloc() {
+        // Cannot fail: the size was checked against the data room.
+        let _ = b.copy_from(template);
+        bufs.push(b);
     }
 }
 
@@ -86,31 +133,37 @@ impl Port for NullPort {
     }
 
     fn rx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
-        let Some(t) = &self.template else { return 0 };
+        let Some(f) = &self.frames else { return 0 };
+        let len = f.template.len();
+        let want = batch.room().min(BURST);
         let mut n = 0;
-        while !batch.is_full() {
+        while n < want {
             let Some(mut b) = self.cache.alloc() else {
                 // Every buffer is in flight: a source cannot drop what it
                 // never made, so this is back-pressure, not a loss.
                 break;
             };
-            // Cannot fail: the size was checked against the data room.
-            let _ = b.copy_from(t);
-            batch.push(b);
+            // Neither can fail: the size was checked against the data
+            // room, and the batch has room.
+            if f.copy {
+                let _ = b.copy_from(&f.template);
+            } else {
+                let _ = b.set_len(len);
+            }
+            let _ = batch.push(b);
             n += 1;
         }
         self.stats.rx_packets += n as u64;
-        self.stats.rx_bytes += (n * t.len()) as u64;
+        self.stats.rx_bytes += (n * len) as u64;
         n
     }
 
     fn tx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
         let n = batch.len();
-        for b in batch.drain() {
-            self.stats.tx_bytes += b.len() as u64;
-            self.cache.free(b);
-        }
+        let bytes: usize = batch.iter().map(|b| b.len()).sum();
+        self.cache.free_bulk(batch.drain());
         self.stats.tx_packets += n as u64;
+        self.stats.tx_bytes += bytes as u64;
         n
     }
 
@@ -127,7 +180,7 @@ impl Port for NullPort {
     }
 
     fn rx_done(&self) -> bool {
-        self.template.is_none()
+        self.frames.is_none()
     }
 }
 
@@ -135,30 +188,79 @@ impl Port for NullPort {
 mod tests {
     use super::*;
 
+    fn source(copy: bool) -> NullPort {
+        let spec = NullSpec {
+            size: Some(64),
+            copy,
+        };
+        NullPort::open("null:size=64", &spec, &OpenOptions::default()).unwrap()
+    }
+
     #[test]
     fn source_and_sink() {
-        let spec = NullSpec { size: Some(64) };
-        let mut p = NullPort::open("null:size=64", &spec, &OpenOptions::default()).unwrap();
+        let mut p = source(false);
         let mut b = Batch::new();
-        assert_eq!(p.rx_batch(0, &mut b), 64);
+        assert_eq!(p.rx_batch(0, &mut b), BURST, "one burst a call");
         assert!(b
             .iter()
-            .all(|x| x.len() == 64 && x.data()[12..14] == [8, 0]));
+            .all(|x| x.len() == 64 && x.data() == udp_template(64)));
         assert_eq!(
             ipv4_checksum(&b[0].data()[14..34]),
             0,
             "header checksum verifies"
         );
-        assert_eq!(p.tx_batch(0, &mut b), 64);
+        assert_eq!(p.tx_batch(0, &mut b), BURST);
         assert!(b.is_empty());
         let s = p.stats();
-        assert_eq!((s.rx_packets, s.tx_packets, s.rx_bytes), (64, 64, 64 * 64));
+        assert_eq!(
+            (s.rx_packets, s.tx_packets, s.rx_bytes, s.tx_bytes),
+            (32, 32, 32 * 64, 32 * 64)
+        );
         assert!(!p.rx_done());
 
         let mut sink =
             NullPort::open("null:", &NullSpec::default(), &OpenOptions::default()).unwrap();
         assert_eq!(sink.rx_batch(0, &mut b), 0);
         assert!(sink.rx_done());
+    }
+
+    /// Without `copy=1` a frame holds what its buffer's last user left;
+    /// with it, always the template.
+    #[test]
+    fn frames_hold_the_template_or_what_the_last_user_wrote() {
+        for copy in [false, true] {
+            let mut p = source(copy);
+            let pool_size = p.pool().capacity();
+            let mut seen = 0;
+            let mut b = Batch::new();
+            // Scribble on every buffer once, and see each come back.
+            while seen < 2 * pool_size {
+                p.rx_batch(0, &mut b);
+                for x in b.iter_mut() {
+                    let fresh = x.data() == udp_template(64);
+                    assert!(fresh || (!copy && x.data()[0] == 0xee), "copy={copy}");
+                    x.data_mut()[0] = 0xee;
+                }
+                seen += b.len();
+                p.tx_batch(0, &mut b);
+            }
+        }
+    }
+
+    #[test]
+    fn buffers_of_another_port_go_home() {
+        let mut a = source(false);
+        let mut sink =
+            NullPort::open("null:", &NullSpec::default(), &OpenOptions::default()).unwrap();
+        let mut b = Batch::new();
+        for _ in 0..1000 {
+            a.rx_batch(0, &mut b);
+            sink.tx_batch(0, &mut b);
+        }
+        assert_eq!(sink.stats().tx_packets, 1000 * BURST as u64);
+        let pool = a.pool().clone();
+        drop(a);
+        assert_eq!(pool.free_count(), pool.capacity(), "none kept by the sink");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! | spec | port |
 //! |---|---|
 //! | `null:` | sink that discards TX, receives nothing |
-//! | `null:size=64` | also a source: endless 64-byte frames from one template |
+//! | `null:size=64` | also a source: endless 64-byte frames (buffers hold a template; see `null`) |
+//! | `null:size=64,copy=1` | a source writing the template into every frame |
 //! | `pcap:FILE[,timing=file][,loop=N]` | replay FILE (pcap or pcapng) on RX; TX discarded (counted) |
 //! | `pcap-out:FILE` | write TX to FILE (pcap, nanosecond timestamps); receives nothing |
 //! | `pcap:rx=IN,tx=OUT[,timing=file][,loop=N]` | both at once |
@@ -54,6 +55,9 @@ pub struct VhostSpec {
 pub struct NullSpec {
     /// Receive an endless stream of frames of this size, if set.
     pub size: Option<usize>,
+    /// Write the template into every received frame (`copy=1`), rather
+    /// than handing out buffers as they are (see [`crate::null`]).
+    pub copy: bool,
 }
 
 /// Pacing of a capture replay.
@@ -217,8 +221,14 @@ fn parse_null(main: &str, mut o: Options) -> Result<PortSpec, String> {
             ));
         }
     }
-    o.finish("size=BYTES")?;
-    Ok(PortSpec::Null(NullSpec { size }))
+    let copy = match o.take("copy").as_deref() {
+        None | Some("0") => false,
+        Some("1") if size.is_some() => true,
+        Some("1") => return Err("copy=1 needs size=BYTES (a source)".into()),
+        Some(v) => return Err(format!("option `copy={v}`: expected 0 or 1")),
+    };
+    o.finish("size=BYTES, copy=0|1")?;
+    Ok(PortSpec::Null(NullSpec { size, copy }))
 }
 
 fn parse_pcap(main: &str, mut o: Options, out: bool) -> Result<PortSpec, String> {
@@ -353,9 +363,10 @@ fn parse_vhost(main: &str, mut o: Options) -> Result<VhostSpec, String> {
 impl fmt::Display for PortSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PortSpec::Null(n) => match n.size {
-                Some(s) => write!(f, "null:size={s}"),
-                None => write!(f, "null:"),
+            PortSpec::Null(n) => match (n.size, n.copy) {
+                (Some(s), true) => write!(f, "null:size={s},copy=1"),
+                (Some(s), false) => write!(f, "null:size={s}"),
+                (None, _) => write!(f, "null:"),
             },
             PortSpec::Pcap(p) => {
                 let mut parts = Vec::new();
@@ -424,6 +435,7 @@ mod tests {
         for s in [
             "null:",
             "null:size=64",
+            "null:size=60,copy=1",
             "pcap:rx=in.pcap",
             "pcap:tx=out.pcap",
             "pcap:rx=a.pcap,tx=b.pcap,timing=file,loop=3",
@@ -465,6 +477,8 @@ mod tests {
         assert!(bad("null:size=abc").contains("expected a frame size"));
         assert!(bad("null:size=3").contains("between 14"));
         assert!(bad("null:speed=1").contains("unknown option `speed`"));
+        assert!(bad("null:size=60,copy=2").contains("expected 0 or 1"));
+        assert!(bad("null:copy=1").contains("needs size="));
         assert!(bad("pcap:").contains("no file"));
         assert!(bad("pcap:a,rx=b").contains("not both"));
         assert!(bad("pcap:a,timing=slow").contains("timing=slow"));

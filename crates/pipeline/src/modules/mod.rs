@@ -81,7 +81,8 @@ use std::collections::{BTreeMap, HashMap};
 pub struct BuildEnv {
     /// Ports declared in the config, by name.
     pub ports: HashMap<String, SharedPort>,
-    /// Buffers for packets the pipeline makes itself (Source).
+    /// Buffers for packets the pipeline makes itself (Source), and the
+    /// pool whose buffers a Sink keeps cached.
     pub pool: Mempool,
 }
 

@@ -55,9 +55,11 @@ impl PortInc {
         let q = match self.queue {
             Some(q) => q,
             None => {
-                let q = self.next % port.rx_queues().max(1);
-                self.next = q + 1;
-                q
+                if self.next >= port.rx_queues() {
+                    self.next = 0;
+                }
+                self.next += 1;
+                self.next - 1
             }
         };
         let got = port.rx_batch(q, &mut self.carry);
@@ -87,11 +89,16 @@ impl Module for PortInc {
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
         self.receive(ctx);
         let want = self.burst.next();
-        let take = want.min(self.carry.len());
+        let have = self.carry.len();
+        let take = want.min(have);
         // "Full" when the port had at least what we asked for.
-        self.burst
-            .record(if self.carry.len() >= want { want } else { take });
+        self.burst.record(if have >= want { want } else { take });
         let Some(out) = ctx.output(0) else { return };
+        if take == have && out.is_empty() {
+            // All of it: the two batches trade buffers.
+            std::mem::swap(out, &mut self.carry);
+            return;
+        }
         for p in self.carry.drain_front(take) {
             // Cannot fail: the gate batch is empty and `take` <= its size.
             let _ = out.push(p);

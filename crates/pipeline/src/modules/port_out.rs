@@ -39,7 +39,15 @@ impl Module for PortOut {
     }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
         let mut port = self.port.lock();
-        let q = self.queue.unwrap_or(ctx.worker() % port.tx_queues().max(1));
+        let q = self.queue.unwrap_or_else(|| {
+            let (w, n) = (ctx.worker(), port.tx_queues().max(1));
+            // Most workers have a queue of their own: no division.
+            if w < n {
+                w
+            } else {
+                w % n
+            }
+        });
         let sent = port.tx_batch(q, batch);
         drop(port);
         ctx.count_consumed(sent as u64);

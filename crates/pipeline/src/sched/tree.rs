@@ -358,16 +358,27 @@ pub struct SchedStats {
 const MAX_IDLE_NS: u64 = 1_000_000;
 
 /// A class tree plus its clock: the loop of one worker.
+///
+/// The clock is read once a round, as BESS reads its TSC: the end of one
+/// round is the start of the next (a monotonic-clock read costs about as
+/// much as the rest of the round's scheduling). The time between rounds
+/// is therefore charged to the next round's class, and busy plus idle
+/// time adds up to all the time the loop ran. After a pause, or when
+/// time passed outside the rounds, [`Scheduler::resync`] takes the time
+/// afresh.
 pub struct Scheduler {
     pub tree: TcTree,
     clock: Arc<dyn SchedClock>,
     counters: Arc<SchedCounters>,
+    /// When the last round ended.
+    last_ns: u64,
 }
 
 impl Scheduler {
     pub fn new(tree: TcTree, clock: Arc<dyn SchedClock>) -> Scheduler {
         Scheduler {
             tree,
+            last_ns: clock.now_ns(),
             clock,
             counters: Arc::default(),
         }
@@ -392,27 +403,41 @@ impl Scheduler {
         }
     }
 
+    /// Read the clock afresh for the next round's start (the loop was
+    /// paused, or the time moved outside the rounds).
+    pub fn resync(&mut self) {
+        self.last_ns = self.clock.now_ns();
+    }
+
     /// One round: pick a leaf and run its task with `run(task, now)`,
     /// which returns (packets, bits) produced; or, if no class can run,
     /// wait for the next wake-up and count the time as idle. Returns
     /// whether a task ran.
     pub fn run_once(&mut self, mut run: impl FnMut(usize, u64) -> (u64, u64)) -> bool {
-        let now = self.clock.now_ns();
+        let mut now = self.last_ns;
         self.tree.wake(now);
-        let Some((leaf, task)) = self.tree.pick() else {
+        let mut next = self.tree.pick();
+        if next.is_none() {
+            // Nothing runnable as of the last round's end: a rate limit
+            // may have refilled since.
+            now = self.clock.now_ns();
+            self.tree.wake(now);
+            next = self.tree.pick();
+        }
+        let Some((leaf, task)) = next else {
             let until = self
                 .tree
                 .next_wakeup()
                 .unwrap_or(now + MAX_IDLE_NS)
                 .min(now + MAX_IDLE_NS);
             self.clock.idle_until(until);
-            self.counters
-                .idle_ns
-                .add(self.clock.now_ns().saturating_sub(now));
+            self.last_ns = self.clock.now_ns();
+            self.counters.idle_ns.add(self.last_ns.saturating_sub(now));
             return false;
         };
         let (packets, bits) = run(task, now);
         let end = self.clock.now_ns();
+        self.last_ns = end;
         let usage = Usage {
             count: 1,
             cycles: end.saturating_sub(now),
