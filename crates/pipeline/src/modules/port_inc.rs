@@ -55,11 +55,14 @@ impl PortInc {
         let q = match self.queue {
             Some(q) => q,
             None => {
-                if self.next >= port.rx_queues() {
-                    self.next = 0;
-                }
-                self.next += 1;
-                self.next - 1
+                // Each queue in turn, wrapped by comparison (no `%`).
+                let q = if self.next < port.rx_queues() {
+                    self.next
+                } else {
+                    0
+                };
+                self.next = q + 1;
+                q
             }
         };
         let got = port.rx_batch(q, &mut self.carry);
