@@ -10,6 +10,7 @@
 
 use crate::error::HwError;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -302,6 +303,17 @@ impl DescRing {
         unsafe { &*self.descs.as_ptr().add(i & self.mask) }
     }
 
+    /// The ring as two plain words for a data-path loop (see
+    /// [`DescRingView`]).
+    #[inline(always)]
+    pub fn view(&self) -> DescRingView<'_> {
+        DescRingView {
+            descs: self.descs,
+            mask: self.mask,
+            _ring: PhantomData,
+        }
+    }
+
     /// Quadword 0 of descriptor `i mod entries` (see [`Desc::read_q0`]).
     #[inline(always)]
     pub fn read_q0(&self, i: usize) -> u64 {
@@ -327,6 +339,31 @@ impl DescRing {
     }
 }
 
+/// A [`DescRing`] borrowed as two plain words: where descriptor 0 is and
+/// the index mask.
+///
+/// For data-path loops. The compiler treats every `Acquire` load (a
+/// descriptor's status) as a barrier to all memory, so a ring reached
+/// through a reference has its base and mask loaded again after each
+/// one; a view is a value, which stays in registers across the loop.
+#[derive(Clone, Copy)]
+pub struct DescRingView<'a> {
+    descs: NonNull<Desc>,
+    mask: usize,
+    _ring: PhantomData<&'a DescRing>,
+}
+
+impl<'a> DescRingView<'a> {
+    /// Descriptor `i mod entries`.
+    #[inline(always)]
+    pub fn desc(self, i: usize) -> &'a Desc {
+        // SAFETY: as in `DescRing::desc`: the view borrows the ring, whose
+        // memory holds mask + 1 aligned descriptors, and `i & mask` is
+        // below that.
+        unsafe { &*self.descs.as_ptr().add(i & self.mask) }
+    }
+}
+
 /// One 16-byte descriptor of a [`DescRing`]: two little-endian
 /// quadwords the device reads and writes too.
 #[repr(C, align(16))]
@@ -345,6 +382,14 @@ impl Desc {
     #[inline(always)]
     pub fn read_q1(&self) -> u64 {
         u64::from_le(self.0[1].load(Ordering::Acquire))
+    }
+
+    /// Quadword 1 without ordering: to find many finished descriptors in
+    /// a row and order once, with `std::sync::atomic::fence(Acquire)`
+    /// after the last and before reading anything the device wrote.
+    #[inline(always)]
+    pub fn read_q1_relaxed(&self) -> u64 {
+        u64::from_le(self.0[1].load(Ordering::Relaxed))
     }
 
     /// Write quadword 0.
@@ -411,6 +456,17 @@ impl<const SLOT_SIZE: usize> DmaSlots<SLOT_SIZE> {
         &self.region
     }
 
+    /// The slots as two plain words for a data-path loop (see
+    /// [`DescRingView`] for why), borrowing them exclusively.
+    #[inline(always)]
+    pub fn view_mut(&mut self) -> DmaSlotsMut<'_, SLOT_SIZE> {
+        DmaSlotsMut {
+            base: self.base,
+            mask: self.mask,
+            _slots: PhantomData,
+        }
+    }
+
     /// Exclusive view of slot `i mod count`. As for
     /// [`DmaRegion::slice_mut`], `&mut self` excludes CPU-side aliases and
     /// the driver protocol keeps the device off the slot meanwhile.
@@ -420,6 +476,26 @@ impl<const SLOT_SIZE: usize> DmaSlots<SLOT_SIZE> {
         // SAFETY: offset + SLOT_SIZE <= count * SLOT_SIZE <= region length
         // (checked in `new`); a byte array has alignment 1; `&mut self`
         // is exclusive for the returned lifetime.
+        unsafe { &mut *(self.base.as_ptr().add(offset) as *mut [u8; SLOT_SIZE]) }
+    }
+}
+
+/// [`DmaSlots`] borrowed exclusively as two plain words (base and index
+/// mask), for a data-path loop.
+pub struct DmaSlotsMut<'a, const SLOT_SIZE: usize> {
+    base: NonNull<u8>,
+    mask: usize,
+    _slots: PhantomData<&'a mut DmaSlots<SLOT_SIZE>>,
+}
+
+impl<const SLOT_SIZE: usize> DmaSlotsMut<'_, SLOT_SIZE> {
+    /// Exclusive view of slot `i mod count` (as [`DmaSlots::slot_mut`]).
+    #[inline(always)]
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8; SLOT_SIZE] {
+        let offset = (i & self.mask) * SLOT_SIZE;
+        // SAFETY: as in `DmaSlots::slot_mut`: the view borrows the slots
+        // exclusively, so `&mut self` here is exclusive for the returned
+        // lifetime, and offset + SLOT_SIZE is within the region.
         unsafe { &mut *(self.base.as_ptr().add(offset) as *mut [u8; SLOT_SIZE]) }
     }
 }

@@ -34,7 +34,7 @@ use crate::error::HwError;
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::fmt;
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::Arc;
 
 /// Bytes reserved in front of the packet data of every buffer, for
@@ -368,6 +368,42 @@ impl PoolCache {
         }
     }
 
+    /// Free the `n` packets at `bufs`, which the caller gives up (reads
+    /// them, then never uses or drops them again). One comparison and
+    /// one store per packet while they are of one pool; each run of one
+    /// pool goes to the cache (this pool) or home (others) at once.
+    ///
+    /// # Safety
+    /// `bufs..bufs + n` are initialized packets the caller owns and
+    /// forgets.
+    #[inline]
+    unsafe fn free_all(&mut self, bufs: *const PktBuf, n: usize) {
+        let mut k = 0;
+        while k < n {
+            // SAFETY: k < n (caller's contract).
+            let pool = unsafe { &(*bufs.add(k)).pool };
+            let mut ids = [0u32; CACHE_CHUNK];
+            let run = (n - k).min(CACHE_CHUNK);
+            let mut len = 0;
+            while len < run {
+                // SAFETY: k + len < n.
+                let buf = unsafe { &*bufs.add(k + len) };
+                if !buf.pool.same(pool) {
+                    break;
+                }
+                ids[len] = buf.id;
+                len += 1;
+            }
+            // The run's ids now belong to `ids`: the packets are forgotten.
+            if pool.same(&self.pool) {
+                self.free_ids(&ids[..len]);
+            } else {
+                give_back(pool, &ids[..len]);
+            }
+            k += len;
+        }
+    }
+
     /// Ids currently cached.
     pub fn cached(&self) -> usize {
         self.ids.len()
@@ -392,6 +428,16 @@ impl PoolCache {
         // Never reallocates: spilling keeps the length below the
         // capacity of 2 * limit.
         self.ids.push(id);
+    }
+
+    /// Take back entry ids the caller owned, at most `2 * limit`.
+    #[inline(always)]
+    fn free_ids(&mut self, ids: &[u32]) {
+        if self.ids.len() + ids.len() > 2 * self.limit {
+            self.spill();
+        }
+        // Never reallocates: after spilling, `limit` ids are cached.
+        self.ids.extend_from_slice(ids);
     }
 
     #[cold]
@@ -526,6 +572,62 @@ impl RxBuffers {
         let addr = self.cache.pool.entry_device_addr(fresh) + HEADROOM as u64;
         Some((pkt, addr))
     }
+
+    /// [`Self::take`] for many descriptors at once: the device wrote
+    /// `lens[k]` bytes into the buffer of descriptor `first + k` (indices
+    /// wrap). Those buffers become packets at the end of `batch` (in
+    /// order, each of at most the data room), and each is replaced by a
+    /// fresh one, whose device address goes to `fresh[k]` for the
+    /// descriptor. Stops short when the batch, `fresh` or the pool runs
+    /// out; returns how many were taken (the others are unchanged).
+    #[inline]
+    pub fn take_bulk(
+        &mut self,
+        first: usize,
+        lens: &[u16],
+        batch: &mut Batch,
+        fresh: &mut [u64],
+    ) -> usize {
+        let want = lens.len().min(batch.room()).min(fresh.len());
+        if self.cache.ids.len() < want {
+            self.cache.refill();
+        }
+        let n = want.min(self.cache.ids.len());
+        let rest = self.cache.ids.len() - n;
+        let pool = &self.cache.pool;
+        let data_room = self.data_room;
+        let mask = self.mask;
+        let batch_len = batch.pkts.len();
+        // SAFETY: the `n` fresh ids are the last `n` of the cache (they
+        // move to the ring: the cache is shortened below); `lens` and
+        // `fresh` are at least `n` long; ring slot `(first + k) & mask` is
+        // below mask + 1, the length of `ids` (built so in `new`, never
+        // resized); the batch has room for `n` more packets after its
+        // `batch_len`, written here before its length covers them. Every
+        // id taken out of the ring goes to exactly one packet. Nothing in
+        // the loop can unwind, so the ring's ids and the cache's never
+        // disagree where it shows.
+        unsafe {
+            let new_ids = self.cache.ids.as_ptr().add(rest);
+            let ring_ids = self.ids.as_mut_ptr();
+            let out = batch.pkts.as_mut_ptr().add(batch_len);
+            for k in 0..n {
+                let new_id = *new_ids.add(k);
+                let slot = ring_ids.add(first.wrapping_add(k) & mask);
+                let id = std::ptr::replace(slot, new_id);
+                out.add(k).write(PktBuf {
+                    pool: pool.borrowed(),
+                    id,
+                    offset: HEADROOM as u16,
+                    len: usize::from(*lens.get_unchecked(k)).min(data_room) as u16,
+                });
+                *fresh.get_unchecked_mut(k) = pool.entry_device_addr(new_id) + HEADROOM as u64;
+            }
+            self.cache.ids.set_len(rest);
+            batch.pkts.set_len(batch_len + n);
+        }
+        n
+    }
 }
 
 impl RxBuffers {
@@ -553,14 +655,20 @@ impl Drop for RxBuffers {
     }
 }
 
-/// The buffers a transmit ring holds while the device sends them: one
-/// slot per descriptor, of any pool, freed in groups once sent. Buffers
-/// of the transmit queue's own pool stay in its cache for the next
-/// allocation; others go home under one lock per group.
+/// The buffers a transmit ring holds while the device sends them, in
+/// ring order: a first-in first-out queue of packets of any pool, one
+/// slot per descriptor, put in a batch at a time and freed a group at a
+/// time once sent. Buffers of the transmit queue's own pool stay in its
+/// cache for the next allocation; others go home under one lock per run
+/// of one pool.
 pub struct TxBuffers {
     cache: PoolCache,
-    slots: Box<[Option<PktBuf>]>,
+    /// Slots `oldest..next` (indices wrap) hold packets; the others are
+    /// empty.
+    slots: Box<[MaybeUninit<PktBuf>]>,
     mask: usize,
+    oldest: usize,
+    next: usize,
 }
 
 impl fmt::Debug for TxBuffers {
@@ -568,50 +676,78 @@ impl fmt::Debug for TxBuffers {
         f.debug_struct("TxBuffers")
             .field("pool", &self.cache.pool.name())
             .field("entries", &self.slots.len())
+            .field("held", &self.held())
             .finish()
     }
 }
 
 impl TxBuffers {
-    /// Empty slots for `entries` descriptors (a power of two), freeing
-    /// into a cache of `pool`; `None` if `entries` is not a power of two.
+    /// Room for `entries` packets (a power of two), freeing into a cache
+    /// of `pool`; `None` if `entries` is not a power of two.
     pub fn new(pool: &Mempool, entries: usize) -> Option<TxBuffers> {
         if !entries.is_power_of_two() {
             return None;
         }
         Some(TxBuffers {
             cache: pool.cache(entries.max(MAX_BATCH * 2)),
-            slots: (0..entries).map(|_| None).collect(),
+            slots: (0..entries).map(|_| MaybeUninit::uninit()).collect(),
             mask: entries - 1,
+            oldest: 0,
+            next: 0,
         })
     }
 
-    /// Hold `pkt` in the slot of descriptor `i mod entries` until
-    /// [`Self::free_sent`] (a buffer still there is freed first).
+    /// Packets held.
     #[inline(always)]
-    pub fn hold(&mut self, i: usize, pkt: PktBuf) {
-        let i = i & self.mask;
-        // SAFETY: `slots` has mask + 1 entries (built so in `new`, never
-        // resized), so `i` is in bounds.
-        let slot = unsafe { self.slots.get_unchecked_mut(i) };
-        if let Some(old) = slot.replace(pkt) {
-            drop_cold(old);
-        }
+    pub fn held(&self) -> usize {
+        self.next.wrapping_sub(self.oldest)
     }
 
-    /// Free the buffers of the `n` descriptors from `first` (indices
-    /// wrap), which the device has sent.
-    pub fn free_sent(&mut self, first: usize, n: usize) {
-        let mut run = ForeignRun::default();
-        for k in 0..n {
-            let i = (first + k) & self.mask;
-            // SAFETY: as in `hold`.
-            let slot = unsafe { self.slots.get_unchecked_mut(i) };
-            if let Some(buf) = slot.take() {
-                self.cache.free_into(buf, &mut run);
-            }
+    /// Move the first `n` packets of `batch` (fewer if the batch or the
+    /// room here is shorter) behind those held, in order; returns how
+    /// many moved.
+    #[inline]
+    pub fn hold_front(&mut self, batch: &mut Batch, n: usize) -> usize {
+        let room = self.slots.len() - self.held();
+        let n = n.min(batch.len()).min(room);
+        let at = self.next & self.mask;
+        let first_part = n.min(self.slots.len() - at);
+        let pkts = batch.pkts.as_mut_ptr();
+        // SAFETY: `n` packets are initialized at the front of the batch
+        // and `n` slots are empty from `at` on (wrapping after
+        // `first_part`), all in bounds; the packets are moved (copied,
+        // then forgotten by the batch: its first `n` are removed with
+        // `ptr::copy` of the rest and a shorter length), so each has one
+        // owner. No code that could unwind runs in between.
+        unsafe {
+            let slots = self.slots.as_mut_ptr().cast::<PktBuf>();
+            std::ptr::copy_nonoverlapping(pkts, slots.add(at), first_part);
+            std::ptr::copy_nonoverlapping(pkts.add(first_part), slots, n - first_part);
+            let rest = batch.pkts.len() - n;
+            std::ptr::copy(pkts.add(n), pkts, rest);
+            batch.pkts.set_len(rest);
         }
-        run.flush();
+        self.next = self.next.wrapping_add(n);
+        n
+    }
+
+    /// Free the `n` oldest packets held (fewer if fewer are held): the
+    /// device has sent them.
+    pub fn free_oldest(&mut self, n: usize) {
+        let n = n.min(self.held());
+        let at = self.oldest & self.mask;
+        let first_part = n.min(self.slots.len() - at);
+        let slots = self.slots.as_ptr().cast::<PktBuf>();
+        // SAFETY: slots `at..at + first_part` and `0..n - first_part`
+        // hold packets (they are among the `held` from `oldest`), and
+        // become empty: `oldest` moves past them before anything else
+        // can run, and `free_all` neither unwinds nor uses them twice.
+        unsafe {
+            let (a, b) = (slots.add(at), slots);
+            self.oldest = self.oldest.wrapping_add(n);
+            self.cache.free_all(a, first_part);
+            self.cache.free_all(b, n - first_part);
+        }
     }
 
     /// The pool freed buffers are cached for.
@@ -620,10 +756,12 @@ impl TxBuffers {
     }
 }
 
-#[cold]
-#[inline(never)]
-fn drop_cold(buf: PktBuf) {
-    drop(buf);
+impl Drop for TxBuffers {
+    /// The packets still held go home: the ring's owner must have let
+    /// the device finish with them (or stopped it) first.
+    fn drop(&mut self) {
+        self.free_oldest(self.held());
+    }
 }
 
 /// One packet in a DMA buffer of a [`Mempool`]. Dropping it returns the
@@ -1065,20 +1203,77 @@ mod tests {
         let theirs = Mempool::new(&*dma, "theirs", 64, 2048).unwrap();
         let mut tx = TxBuffers::new(&mine, 16).unwrap();
         assert!(TxBuffers::new(&mine, 12).is_none());
-        // 20 slots from 10: indices wrap past the end of the ring.
-        for i in 10..30 {
-            let pool = if i % 4 == 0 { &mine } else { &theirs };
-            tx.hold(i, pool.alloc().unwrap());
+        let mut batch = Batch::new();
+        let fill = |batch: &mut Batch, n: usize, from: u16| {
+            for k in 0..n as u16 {
+                let pool = if (from + k).is_multiple_of(4) {
+                    &mine
+                } else {
+                    &theirs
+                };
+                let mut p = pool.alloc().unwrap();
+                p.copy_from(&(from + k).to_le_bytes()).unwrap();
+                batch.push(p);
+            }
+        };
+        // Around the ring five times: slots wrap.
+        let mut next_seq = 0u16;
+        for round in 0..6 {
+            fill(&mut batch, 10, next_seq + 3);
+            fill(&mut batch, 3, next_seq);
+            assert_eq!(tx.hold_front(&mut batch, 13), 13, "round {round}");
+            assert!(batch.is_empty());
+            assert_eq!(tx.held(), 13);
+            tx.free_oldest(5);
+            tx.free_oldest(8);
+            assert_eq!(tx.held(), 0);
+            next_seq += 13;
         }
-        // 30..34 wrap onto 14..18, still held: those four are freed on hold.
-        assert_eq!(theirs.free_count() + mine.free_count(), 128 - 16);
-        tx.free_sent(14, 16);
-        assert_eq!(theirs.free_count(), 64, "foreign buffers went home");
-        assert_eq!(tx.cache.cached() + mine.free_count(), 64);
+        // Room is bounded; what does not fit stays in the batch, in order.
+        fill(&mut batch, 20, 0);
+        assert_eq!(tx.hold_front(&mut batch, 20), 16);
+        assert_eq!(batch.len(), 4);
+        assert_eq!(batch[0].data(), &16u16.to_le_bytes());
+        drop(batch);
+        tx.free_oldest(3);
         drop(tx);
+        assert_eq!(theirs.free_count(), 64, "foreign buffers went home");
         assert_eq!(mine.free_count(), 64);
         assert_eq!(Arc::strong_count(&mine.inner), 1, "no handle leaked");
         assert_eq!(Arc::strong_count(&theirs.inner), 1, "no handle leaked");
+    }
+
+    #[test]
+    fn rx_buffers_take_in_bulk() {
+        let dma = SimDma::new();
+        let pool = Mempool::new(&*dma, "rx", 160, 2048).unwrap();
+        let mut ring = RxBuffers::new(&pool, 128).unwrap();
+        let lent: Vec<u64> = (120..130).map(|i| ring.rx_device_addr(i)).collect();
+        let mut batch = Batch::new();
+        let mut fresh = [0u64; MAX_BATCH];
+        // Ten descriptors from 120, wrapping at 128; one length too long.
+        let lens: Vec<u16> = (0..10).map(|k| 60 + k).chain([5000]).collect();
+        let n = ring.take_bulk(120, &lens[..10], &mut batch, &mut fresh);
+        assert_eq!(n, 10);
+        for (k, pkt) in batch.iter().enumerate() {
+            assert_eq!(pkt.len(), 60 + k);
+            assert_eq!(pkt.rx_device_addr(), lent[k]);
+            assert_eq!(ring.rx_device_addr(120 + k), fresh[k]);
+        }
+        let n = ring.take_bulk(130, &lens[10..], &mut batch, &mut fresh);
+        assert_eq!(
+            (n, batch[10].len()),
+            (1, 2048 - HEADROOM),
+            "clamped to the data room"
+        );
+        // The pool runs dry: 160 - 128 - 11 = 21 more at most.
+        let many = [60u16; MAX_BATCH];
+        let mut more = Batch::new();
+        assert_eq!(ring.take_bulk(0, &many, &mut more, &mut fresh), 21);
+        assert_eq!(ring.take_bulk(0, &many, &mut Batch::new(), &mut fresh), 0);
+        drop((batch, more, ring));
+        assert_eq!(pool.free_count(), 160);
+        assert_eq!(Arc::strong_count(&pool.inner), 1, "no handle leaked");
     }
 
     #[test]

@@ -2,23 +2,40 @@
 //! [`MAX_OUTPUTS`] output queues sharing one logical ring of buffers, no
 //! pool, packets handled one at a time in place.
 //!
-//! Descriptor `i` of the receive ring and of every transmit ring points at
-//! buffer `i`, written once at set-up. A received packet is handed to the
-//! handler, which returns per output the length to send; 0 writes a null
-//! descriptor so every ring advances in lock-step. The receive tail then
-//! follows the slowest output, whose head the device writes back to
-//! memory: the data path reads no register and allocates nothing.
+//! Descriptor `i` of every ring points at buffer `i`, written once at
+//! set-up. As in TinyNF, the input's receive ring *is* output 0's transmit
+//! ring (the same memory; outputs 1.. have rings of their own). A
+//! received packet is handed to the handler, which returns per output the
+//! length to send; 0 writes a null descriptor so every ring advances in
+//! lock-step. On ring 0 that one store is both output 0's transmit
+//! command and the receive descriptor's re-arming: it clears DD. The
+//! receive tail then follows the slowest output, whose head the device
+//! writes back to memory: the data path reads no register and allocates
+//! nothing.
+//!
+//! Why one ring can serve both directions (legacy formats, §7.1.5 and
+//! §7.2.3.2.2): receive write-back only writes quadword 1 (length,
+//! status, errors) and leaves the buffer address in quadword 0, which
+//! transmit then reads as its buffer address; the transmit command in
+//! quadword 1 is only read by the transmit engine, the receive engine
+//! reads quadword 0 alone; and with head write-back (§7.2.3.5.2) the
+//! transmit engine writes no descriptor back, so no stale DD can appear
+//! where the agent waits for the next packet. The receive engine only
+//! gets a descriptor back after every output's head has passed it.
 //!
 //! Departures from TinyNF, each for a reason:
-//! * the receive ring and the output rings are separate memory (the
-//!   datasheet nowhere describes one ring being both), so re-arming a
-//!   receive descriptor is one extra 8-byte store;
 //! * the slowest output is found with modular ring arithmetic (see
 //!   [`slowest_head`]);
 //! * when receive finds nothing, the agent also re-reads the written-back
 //!   heads: otherwise, once a slow output has held the receive tail long
 //!   enough for the ring to fill, no new packet can arrive, no status
-//!   descriptor is processed and the tail would never move again.
+//!   descriptor is processed and the tail would never move again;
+//! * frames the device flagged (or too long for a buffer) and lengths
+//!   the handler returns beyond a buffer are counted drops, each found
+//!   by one comparison on the common path;
+//! * the counters are derived from the ring position when asked for
+//!   ([`Agent::stats`]): only the rare events (errors, null descriptors)
+//!   are counted as they happen.
 
 use crate::desc::{legacy_rx, legacy_tx, DescRing};
 use crate::device::{Device, QueueClaim};
@@ -44,6 +61,17 @@ const _: () =
     assert!(FLUSH_PERIOD.is_power_of_two() && RECYCLE_PERIOD.is_multiple_of(FLUSH_PERIOD));
 /// Bytes between two written-back heads: one cache line each.
 const HEAD_STRIDE: usize = 64;
+
+/// Receive status bits checked for every packet: DD, EOP, the frame
+/// errors (§7.1.5.1) and the length bits of 2 KiB and more. Jumbo frames
+/// are off, so no good frame comes near 2 KiB; a length that fills the
+/// buffer or more is the device misbehaving.
+const RX_CHECKED: u64 = legacy_rx::DD
+    | legacy_rx::EOP
+    | legacy_rx::FRAME_ERRORS
+    | (legacy_rx::LENGTH_MASK & !(BUFFER_SIZE as u64 - 1));
+/// ...of which a whole good frame has exactly these set.
+const RX_GOOD: u64 = legacy_rx::DD | legacy_rx::EOP;
 
 /// Agent settings.
 #[derive(Debug, Clone)]
@@ -74,13 +102,13 @@ impl<F: FnMut(&mut [u8], usize, &mut [u16])> PacketHandler for F {
     }
 }
 
-/// Agent counters (plain fields: one agent, one thread).
+/// Agent counters.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct AgentStats {
     /// Packets handed to the handler.
     pub rx_packets: u64,
-    /// Packets the device flagged with a frame error: never handed to the
-    /// handler, sent nowhere.
+    /// Packets the device flagged with a frame error (or a length that
+    /// fills the buffer): never handed to the handler, sent nowhere.
     pub rx_errors: u64,
     /// Lengths the handler returned that exceed [`BUFFER_SIZE`]: that
     /// output got a null descriptor instead.
@@ -91,13 +119,9 @@ pub struct AgentStats {
 
 struct Output<B> {
     claim: QueueClaim<B>,
-    ring: DescRing,
     /// The output device's BAR and the offset of this queue's TDT.
     bar: Arc<B>,
     tail_offset: usize,
-    /// Descriptors of this output that sent nothing (null, or an invalid
-    /// length): the packets sent are the others.
-    unsent: u64,
 }
 
 /// One input and its outputs. `Send`: run one per core, or several on
@@ -106,16 +130,14 @@ pub struct Agent<B: Bar> {
     input: QueueClaim<B>,
     /// The input device's BAR and the offset of its RDT.
     input_bar: Arc<B>,
-    rx_ring: DescRing,
     rx_tail_offset: usize,
+    /// Ring `k` is output `k`'s transmit ring; ring 0 is also the
+    /// input's receive ring (with no output, it is only that).
+    rings: Vec<DescRing>,
     outputs: Vec<Output<B>>,
     /// Buffer `i` for descriptor `i` of every ring.
     buffers: DmaSlots<BUFFER_SIZE>,
     heads: DmaRegion,
-    /// Per-output lengths for the packet being handled (the handler
-    /// sees the first `outputs.len()`), all 0 between packets: the
-    /// transmit loop takes each one, so no reset pass (`memset`) runs.
-    lens: [u16; MAX_OUTPUTS],
     mask: usize,
     /// Next descriptor to process.
     next: usize,
@@ -123,11 +145,14 @@ pub struct Agent<B: Bar> {
     tx_tail: usize,
     /// Last value written to RDT.
     rx_tail: usize,
-    /// Descriptors processed, good or not: the per-packet counters are
-    /// derived from it and from the rarer events (errors, nulls) when
-    /// [`Agent::run_once`] returns.
-    processed: u64,
-    stats: AgentStats,
+    /// Times `next` wrapped to 0: laps * size + next descriptors have
+    /// been processed, good or not.
+    laps: u64,
+    rx_errors: u64,
+    invalid_lengths: u64,
+    /// Per output, descriptors that sent nothing (null, or an invalid
+    /// length): the packets sent are the others.
+    unsent: [u64; MAX_OUTPUTS],
 }
 
 impl<B: Bar + 'static> Agent<B> {
@@ -152,9 +177,21 @@ impl<B: Bar + 'static> Agent<B> {
         let heads = dma
             .allocate(4096.max(MAX_OUTPUTS * HEAD_STRIDE), true)
             .map_err(|e| InitError::Config(format!("agent head write-back area: {e}")))?;
-        let rx_ring = DescRing::new(dma, size)?;
-        point_at_buffers(&rx_ring, &buffers);
-        let outs = start_outputs(outputs, &buffers, &heads, size)?;
+        let rings = (0..outputs.len().max(1))
+            .map(|k| {
+                // Ring 0 is the input's (and output 0's, which must reach
+                // the input's memory anyway: the buffers are there); the
+                // others are in their output device's DMA memory.
+                let dma = match k {
+                    0 => input.dma(),
+                    _ => outputs[k].0.dma(),
+                };
+                let ring = DescRing::new(dma, size)?;
+                point_at_buffers(&ring, &buffers);
+                Ok(ring)
+            })
+            .collect::<Result<Vec<_>, InitError>>()?;
+        let outs = start_outputs(outputs, &rings, &heads)?;
         // The input is started last, so no packet arrives before every
         // output can take it.
         let started = queue_setup::start_rx_queue(
@@ -162,7 +199,7 @@ impl<B: Bar + 'static> Agent<B> {
             input.clock(),
             input.poll_timeout(),
             rx_queue,
-            &rx_ring,
+            &rings[0],
             (BUFFER_SIZE / 1024) as u32,
             RxDescType::Legacy,
         );
@@ -170,25 +207,22 @@ impl<B: Bar + 'static> Agent<B> {
             outs.iter().for_each(Output::stop);
             return Err(e);
         }
-        let n = outs.len();
         Ok(Agent {
             rx_tail_offset: regs::RDT.at(rx_queue),
             input_bar: input.regs().bar().clone(),
             input: input_claim,
-            rx_ring,
+            rings,
             outputs: outs,
             buffers,
             heads,
-            lens: [0; MAX_OUTPUTS],
             mask: size - 1,
             next: 0,
             tx_tail: 0,
             rx_tail: size - 1,
-            processed: 0,
-            stats: AgentStats {
-                tx_packets: vec![0; n],
-                ..AgentStats::default()
-            },
+            laps: 0,
+            rx_errors: 0,
+            invalid_lengths: 0,
+            unsent: [0; MAX_OUTPUTS],
         })
     }
 }
@@ -222,20 +256,19 @@ fn point_at_buffers(ring: &DescRing, buffers: &DmaSlots<BUFFER_SIZE>) {
     }
 }
 
-/// Set up and enable every output; if one fails, stop those already
-/// started so no enabled queue is left pointing at freed memory.
+/// Set up and enable output `k` on ring `k`; if one fails, stop those
+/// already started so no enabled queue is left pointing at freed memory.
 fn start_outputs<B: Bar + 'static>(
     outputs: &[(&Device<B>, usize)],
-    buffers: &DmaSlots<BUFFER_SIZE>,
+    rings: &[DescRing],
     heads: &DmaRegion,
-    size: usize,
 ) -> Result<Vec<Output<B>>, InitError> {
     let mut outs = Vec::with_capacity(outputs.len());
-    for (k, (device, tx_queue)) in outputs.iter().enumerate() {
+    for (k, ((device, tx_queue), ring)) in outputs.iter().zip(rings).enumerate() {
         // Head write-back slots are 16-byte aligned (TinyNF found the
         // device needs it) and each on its own cache line.
         let head_addr = heads.device_addr_at(k * HEAD_STRIDE);
-        match Output::start(device, *tx_queue, buffers, head_addr, size) {
+        match Output::start(device, *tx_queue, ring, head_addr) {
             Ok(out) => outs.push(out),
             Err(e) => {
                 outs.iter().for_each(Output::stop);
@@ -250,19 +283,16 @@ impl<B: Bar + 'static> Output<B> {
     fn start(
         device: &Device<B>,
         tx_queue: usize,
-        buffers: &DmaSlots<BUFFER_SIZE>,
+        ring: &DescRing,
         head_addr: u64,
-        size: usize,
     ) -> Result<Output<B>, InitError> {
         let claim = device.take_tx(tx_queue)?;
-        let ring = DescRing::new(device.dma(), size)?;
-        point_at_buffers(&ring, buffers);
         queue_setup::start_tx_queue(
             device.regs(),
             device.clock(),
             device.poll_timeout(),
             tx_queue,
-            &ring,
+            ring,
             // Prefetch when 60 descriptors are free to fetch and 4 are
             // ready: TinyNF's values, needed for line rate on one core.
             TxThresholds {
@@ -276,8 +306,6 @@ impl<B: Bar + 'static> Output<B> {
             bar: device.regs().bar().clone(),
             tail_offset: regs::TDT.at(tx_queue),
             claim,
-            ring,
-            unsent: 0,
         })
     }
 }
@@ -290,21 +318,62 @@ impl<B: Bar> Output<B> {
 }
 
 impl<B: Bar> Agent<B> {
-    /// Handle up to [`FLUSH_PERIOD`] packets; returns how many. When none
-    /// is waiting, flushes the transmit tails and recycles transmitted
-    /// buffers instead.
+    /// Handle the packets waiting, up to the next flush point (at most
+    /// [`FLUSH_PERIOD`]); returns how many. Ends by handing the outputs
+    /// their new tails at a flush point (and recycling at a recycle
+    /// point), or, when no packet was waiting, by flushing them and
+    /// recycling transmitted buffers.
     #[inline]
     pub fn run_once<H: PacketHandler + ?Sized>(&mut self, handler: &mut H) -> usize {
-        let mut done = 0;
-        while done < FLUSH_PERIOD && self.process_one(handler) {
-            done += 1;
-        }
-        if done < FLUSH_PERIOD {
+        // At most MAX_OUTPUTS, as `new` checked (and the compiler now
+        // knows: no bounds check below).
+        let outputs = self.outputs.len().min(MAX_OUTPUTS);
+        // Per-output lengths for the packet being handled, all 0 between
+        // packets: sending takes each one.
+        let mut lens = [0u16; MAX_OUTPUTS];
+        // Everything the loop reaches stays in registers (see
+        // `DescRingView`).
+        let ring0 = self.rings[0].view();
+        let mut buffers = self.buffers.view_mut();
+        let start = self.next;
+        // Not wrapped here: the ring accessors wrap it.
+        let mut i = start;
+        let idle = loop {
+            let desc = ring0.desc(i);
+            let status = desc.read_q1();
+            if status & RX_CHECKED == RX_GOOD {
+                let len = (status & legacy_rx::LENGTH_MASK) as usize;
+                handler.handle(buffers.slot_mut(i), len, &mut lens[..outputs]);
+            } else if status & legacy_rx::DD == 0 {
+                break true;
+            } else {
+                // Sent nowhere: every output gets a null descriptor.
+                self.rx_errors += 1;
+            }
+            // Output 0's command; on ring 0 it also clears DD, which
+            // re-arms the receive descriptor (it goes back to the device
+            // when the receive tail passes it).
+            let counts = (&mut self.unsent[0], &mut self.invalid_lengths);
+            desc.write_q1(tx_command(std::mem::take(&mut lens[0]), counts));
+            let others = self.rings.iter().zip(&mut lens).zip(&mut self.unsent);
+            for ((ring, len), unsent) in others.take(outputs).skip(1) {
+                let counts = (unsent, &mut self.invalid_lengths);
+                ring.write_q1(i, tx_command(std::mem::take(len), counts));
+            }
+            i = i.wrapping_add(1);
+            if i.is_multiple_of(FLUSH_PERIOD) {
+                break false;
+            }
+        };
+        self.next = i & self.mask;
+        if idle {
             self.on_idle();
+        } else if self.next.is_multiple_of(RECYCLE_PERIOD) {
+            self.end_recycle_group();
+        } else {
+            self.flush_tx_tails();
         }
-        self.processed += done as u64;
-        self.update_stats();
-        done
+        i.wrapping_sub(start)
     }
 
     /// Number of outputs.
@@ -312,80 +381,31 @@ impl<B: Bar> Agent<B> {
         self.outputs.len()
     }
 
-    /// Counters so far.
-    pub fn stats(&self) -> &AgentStats {
-        &self.stats
-    }
-
-    /// Handle the packet in descriptor `next`, if the device is done
-    /// with it.
-    #[inline(always)]
-    fn process_one<H: PacketHandler + ?Sized>(&mut self, handler: &mut H) -> bool {
-        let i = self.next;
-        let status = self.rx_ring.read_q1(i);
-        if status & legacy_rx::DD == 0 {
-            return false;
-        }
-        // One test for "EOP set, no frame error (§7.1.5.1) and a length
-        // below BUFFER_SIZE". Jumbo frames are off, so no good frame
-        // comes near 2 KiB; a length that fills the buffer or more is the
-        // device misbehaving.
-        const LONG: u64 = legacy_rx::LENGTH_MASK & !(BUFFER_SIZE as u64 - 1);
-        const CHECKED: u64 = legacy_rx::FRAME_ERRORS | legacy_rx::EOP | LONG;
-        if status & CHECKED == legacy_rx::EOP {
-            let len = (status & legacy_rx::LENGTH_MASK) as usize;
-            let lens = &mut self.lens[..self.outputs.len()];
-            handler.handle(self.buffers.slot_mut(i), len, lens);
-        } else {
-            self.stats.rx_errors += 1;
-        }
-        self.transmit(i);
-        true
-    }
-
-    /// Queue descriptor `i` on every output (null where not sent), re-arm
-    /// the receive descriptor, advance; every [`FLUSH_PERIOD`] descriptors
-    /// hand the outputs their new tails.
-    #[inline(always)]
-    fn transmit(&mut self, i: usize) {
-        for (k, out) in self.outputs.iter_mut().enumerate() {
-            // Taking the length leaves 0 for the next packet (k is below
-            // MAX_OUTPUTS; the mask only spares a bounds check).
-            let mut len = std::mem::take(&mut self.lens[k % MAX_OUTPUTS]) as u64;
-            // One comparison for the common case, 1..=BUFFER_SIZE.
-            if len.wrapping_sub(1) >= BUFFER_SIZE as u64 {
-                out.unsent += 1;
-                if len != 0 {
-                    self.stats.invalid_lengths += 1;
-                    len = 0;
-                }
-            }
-            out.ring
-                .write_q1(i, len | legacy_tx::CMD_EOP | legacy_tx::CMD_IFCS);
-        }
-        // Clear DD: the descriptor goes back to the device when the
-        // receive tail passes it, after every output has sent buffer i.
-        self.rx_ring.write_q1(i, 0);
-        let next = (i + 1) & self.mask;
-        self.next = next;
-        // Flush and recycle points are fixed ring positions.
-        if next.is_multiple_of(FLUSH_PERIOD) {
-            self.end_flush_group(i);
+    /// Counters so far, derived from the descriptors processed and the
+    /// rare events counted.
+    pub fn stats(&self) -> AgentStats {
+        let processed = self.laps * (self.mask as u64 + 1) + self.next as u64;
+        AgentStats {
+            rx_packets: processed - self.rx_errors,
+            rx_errors: self.rx_errors,
+            invalid_lengths: self.invalid_lengths,
+            tx_packets: self.unsent[..self.outputs.len()]
+                .iter()
+                .map(|unsent| processed - unsent)
+                .collect(),
         }
     }
 
-    /// After descriptor `i`, the last of a flush group: hand the outputs
-    /// their new tails; at the end of a recycle group, first request
-    /// status on `i`, and afterwards recycle.
+    /// `next` is a recycle point: request status on the descriptor
+    /// before it, hand the outputs their new tails, then recycle.
+    #[cold]
     #[inline(never)]
-    fn end_flush_group(&mut self, i: usize) {
-        let recycle_point = self.next.is_multiple_of(RECYCLE_PERIOD);
-        if recycle_point {
-            self.request_status(i);
-        }
+    fn end_recycle_group(&mut self) {
+        self.request_status(self.next.wrapping_sub(1) & self.mask);
         self.flush_tx_tails();
-        if recycle_point {
-            self.recycle();
+        self.recycle();
+        if self.next == 0 {
+            self.laps += 1;
         }
     }
 
@@ -395,23 +415,13 @@ impl<B: Bar> Agent<B> {
     /// [`Self::recycle`] reads. Done here, once per group, rather than as
     /// a per-packet choice of command.
     fn request_status(&mut self, i: usize) {
-        for out in &self.outputs {
-            out.ring
-                .write_q1(i, out.ring.read_q1(i) | legacy_tx::CMD_RS);
-        }
-    }
-
-    /// Derive the per-packet counters from the descriptors processed.
-    #[inline(always)]
-    fn update_stats(&mut self) {
-        let stats = &mut self.stats;
-        stats.rx_packets = self.processed - stats.rx_errors;
-        for (count, out) in stats.tx_packets.iter_mut().zip(&self.outputs) {
-            *count = self.processed - out.unsent;
+        for ring in &self.rings[..self.outputs.len()] {
+            ring.write_q1(i, ring.read_q1(i) | legacy_tx::CMD_RS);
         }
     }
 
     #[cold]
+    #[inline(never)]
     fn on_idle(&mut self) {
         if self.tx_tail != self.next {
             self.flush_tx_tails();
@@ -420,6 +430,7 @@ impl<B: Bar> Agent<B> {
     }
 
     /// TDT = next on every output: the device may send up to here.
+    #[inline(always)]
     fn flush_tx_tails(&mut self) {
         for out in &self.outputs {
             out.bar.write32(out.tail_offset, self.next as u32);
@@ -439,6 +450,24 @@ impl<B: Bar> Agent<B> {
             self.input_bar.write32(self.rx_tail_offset, tail as u32);
         }
     }
+}
+
+/// The legacy transmit command (§7.2.3.2.2) for a length the handler
+/// returned: send `len` bytes, or a null descriptor (length 0, "transfer
+/// no data") counted in `unsent`, also for a length beyond the buffer,
+/// which `invalid` counts. One comparison on the common path,
+/// 1..=BUFFER_SIZE.
+#[inline(always)]
+fn tx_command(len: u16, (unsent, invalid): (&mut u64, &mut u64)) -> u64 {
+    let mut len = u32::from(len);
+    if len.wrapping_sub(1) >= BUFFER_SIZE as u32 {
+        *unsent += 1;
+        if len != 0 {
+            *invalid += 1;
+            len = 0;
+        }
+    }
+    u64::from(len) | legacy_tx::CMD_EOP | legacy_tx::CMD_IFCS
 }
 
 /// The transmit head, among `heads`, that is furthest behind `next` (the

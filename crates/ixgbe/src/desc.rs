@@ -6,7 +6,7 @@
 //! [`nfkit_hw::dma::DescRing`].
 
 use crate::error::InitError;
-use nfkit_hw::dma::Desc;
+use nfkit_hw::dma::{Desc, DescRingView};
 use nfkit_hw::DmaAllocator;
 
 pub const DESC_BYTES: usize = nfkit_hw::dma::DESC_BYTES;
@@ -46,7 +46,7 @@ pub mod adv_rx {
 /// Advanced transmit data descriptor (§7.2.3.2.4), quadword 1:
 /// cmd_type_len in the low dword, olinfo_status in the high one.
 pub mod adv_tx {
-    pub const LENGTH_MASK: u64 = 0xFFFF;
+    // DTALEN is bits 15:0, as wide as a packet's length (u16).
     /// DTYP = 0011b: data descriptor.
     pub const DTYP_DATA: u64 = 0b0011 << 20;
     pub const CMD_EOP: u64 = 1 << 24;
@@ -106,6 +106,11 @@ impl DescRing {
     #[inline(always)]
     pub fn desc(&self, i: usize) -> &Desc {
         self.mem.desc(i)
+    }
+    /// The ring as plain values for a data-path loop.
+    #[inline(always)]
+    pub fn view(&self) -> DescRingView<'_> {
+        self.mem.view()
     }
     /// Quadword 1 of descriptor `i mod size` (status write-back).
     #[inline(always)]

@@ -1,14 +1,23 @@
 //! The queue model (ixy/DPDK style): receive and transmit batches of pool
 //! buffers ([`PktBuf`]) on advanced descriptors. The network function may
 //! keep packets, reorder them, and allocate new ones.
+//!
+//! Both directions work a batch at a time: one tail write per batch, and
+//! the per-packet loop touches only the descriptor, the buffer's slot and
+//! the batch. Receive reads each status without ordering and orders once
+//! per batch (an `Acquire` fence before the packets are handed out), so
+//! the loop keeps its state in registers; transmit sets RS once per
+//! group of [`TX_CLEAN_BATCH`] descriptors after filling them, not as a
+//! per-packet choice.
 
 use crate::desc::{adv_rx, adv_tx, DescRing};
 use crate::device::{Device, QueueClaim};
 use crate::error::InitError;
 use crate::queue_setup::{self, RxDescType, TxThresholds};
 use crate::regs;
-use nfkit_hw::pool::{RxBuffers, MAX_BATCH};
-use nfkit_hw::{Bar, Batch, Mempool, PktBuf, PoolCache};
+use nfkit_hw::pool::{RxBuffers, TxBuffers, MAX_BATCH};
+use nfkit_hw::{Bar, Batch, Mempool};
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 /// Transmitted buffers are reclaimed this many at a time, and one
@@ -45,6 +54,21 @@ pub struct RxQueue<B: Bar> {
     discarding: bool,
     counters: QueueCounters,
 }
+
+/// Receive status bits checked for every descriptor (§7.1.6.2): DD, EOP,
+/// the frame errors, and the length bits of 2 KiB and more (jumbo frames
+/// are off, §8.2.3.22.8 HLREG0.JUMBOEN = 0, so no good frame comes near
+/// 2 KiB: such a length is the device misbehaving).
+const RX_CHECKED: u64 = adv_rx::DD
+    | adv_rx::EOP
+    | adv_rx::FRAME_ERRORS
+    | ((adv_rx::LENGTH_MASK & !(MIN_RX_DATA_ROOM as u64 - 1)) << adv_rx::LENGTH_SHIFT);
+/// ...of which a whole good frame has exactly these set.
+const RX_GOOD: u64 = adv_rx::DD | adv_rx::EOP;
+/// A pattern no checked status equals (it has bits outside RX_CHECKED):
+/// while a frame that spans descriptors is discarded, its last
+/// descriptor must not pass as a good frame.
+const RX_NONE_GOOD: u64 = u64::MAX;
 
 /// Bytes of buffer the pool must offer after the headroom: SRRCTL sets
 /// the receive buffer size in whole KiB, and a 1522-byte frame needs 2.
@@ -107,44 +131,84 @@ impl<B: Bar> RxQueue<B> {
     /// how many were added. Each consumed descriptor gets a fresh buffer;
     /// the tail is written once per call. If the pool is empty, receiving
     /// stops early and the packets wait in the ring.
+    ///
+    /// In three steps per run of good frames: find them and their
+    /// lengths (descriptors only), take their buffers into the batch in
+    /// bulk (the pool), then give their descriptors the fresh buffers.
     pub fn rx_batch(&mut self, batch: &mut Batch) -> usize {
+        let ring = self.ring.view();
         let first = self.next;
+        if ring.desc(first).read_q1_relaxed() & adv_rx::DD == 0 {
+            return 0;
+        }
+        // Not wrapped here: the ring accessors wrap it.
         let mut i = first;
         let mut added = 0;
-        let room = batch.room();
-        while added < room {
-            let desc = self.ring.desc(i);
-            let status = desc.read_q1();
-            if status & adv_rx::DD == 0 {
+        let mut bytes = 0;
+        let mut lens = [0u16; MAX_BATCH];
+        let mut fresh = [0u64; MAX_BATCH];
+        loop {
+            let (n, stop) = self.good_frames(i, batch.room(), &mut lens);
+            let taken = self.bufs.take_bulk(i, &lens[..n], batch, &mut fresh);
+            for (k, (&addr, &len)) in fresh[..taken].iter().zip(&lens).enumerate() {
+                let desc = ring.desc(i.wrapping_add(k));
+                desc.write_q0(addr);
+                desc.write_q1(0);
+                bytes += u64::from(len);
+            }
+            i = i.wrapping_add(taken);
+            added += taken;
+            if taken < n || stop & adv_rx::DD == 0 || batch.is_full() {
                 break;
             }
-            // One test for "a whole frame without errors" (§7.1.6.2),
-            // unless a frame spanning descriptors is being discarded.
-            if status & (adv_rx::EOP | adv_rx::FRAME_ERRORS) == adv_rx::EOP && !self.discarding {
-                let len = ((status >> adv_rx::LENGTH_SHIFT) & adv_rx::LENGTH_MASK) as usize;
-                let Some((pkt, fresh)) = self.bufs.take(i, len) else {
-                    break;
-                };
-                desc.write_q0(fresh);
-                self.counters.bytes += len as u64;
-                batch.push(pkt);
-                added += 1;
-            } else {
-                drop_frame(status, &mut self.discarding, &mut self.counters);
-                // The buffer stays and is lent again.
-                desc.write_q0(self.bufs.rx_device_addr(i));
-            }
+            // A descriptor that does not end a good frame: dropped, and
+            // its buffer lent again (write-back replaced the address,
+            // §7.1.6.2).
+            drop_frame(stop, &mut self.discarding, &mut self.counters);
+            let desc = ring.desc(i);
+            desc.write_q0(self.bufs.rx_device_addr(i));
             desc.write_q1(0);
-            i = (i + 1) & self.mask;
+            i = i.wrapping_add(1);
         }
         if i != first {
-            self.next = i;
+            // What the device wrote before each DD we saw (the frames)
+            // is visible to whoever reads the packets after this.
+            fence(Ordering::Acquire);
+            self.next = i & self.mask;
             // The last consumed descriptor is the new gap.
             let tail = i.wrapping_sub(1) & self.mask;
             self.bar.write32(self.tail_offset, tail as u32);
+            self.counters.packets += added as u64;
+            self.counters.bytes += bytes;
         }
-        self.counters.packets += added as u64;
         added
+    }
+
+    /// The whole good frames (§7.1.6.2) in the descriptors from `i` on,
+    /// at most `room`: their lengths go to `lens`. Returns how many, and
+    /// the status that ended the run (DD clear: nothing more received).
+    /// Statuses are read without ordering; `rx_batch` orders once.
+    #[inline(always)]
+    fn good_frames(&self, i: usize, room: usize, lens: &mut [u16; MAX_BATCH]) -> (usize, u64) {
+        let ring = self.ring.view();
+        // While a frame that spans descriptors is discarded, even its
+        // last descriptor is not a good frame.
+        let good = if self.discarding {
+            RX_NONE_GOOD
+        } else {
+            RX_GOOD
+        };
+        let room = room.min(MAX_BATCH);
+        let mut n = 0;
+        while n < room {
+            let status = ring.desc(i.wrapping_add(n)).read_q1_relaxed();
+            if status & RX_CHECKED != good {
+                return (n, status);
+            }
+            lens[n] = (status >> adv_rx::LENGTH_SHIFT) as u16;
+            n += 1;
+        }
+        (n, 0)
     }
 
     /// Queue index on its device.
@@ -156,10 +220,11 @@ impl<B: Bar> RxQueue<B> {
     }
 }
 
-/// A descriptor that does not end a good frame: a frame error, or part
-/// of a frame spanning descriptors (dropped whole, counted once at its
-/// end).
+/// A descriptor that does not end a good frame: a frame error, part of a
+/// frame spanning descriptors (dropped whole, counted once at its end),
+/// or the end of such a frame.
 #[cold]
+#[inline(never)]
 fn drop_frame(status: u64, discarding: &mut bool, counters: &mut QueueCounters) {
     let end_of_packet = status & adv_rx::EOP != 0;
     if end_of_packet {
@@ -183,8 +248,7 @@ pub struct TxQueue<B: Bar> {
     bar: Arc<B>,
     ring: DescRing,
     /// Buffers owned by the device, by descriptor.
-    bufs: Vec<Option<PktBuf>>,
-    cache: PoolCache,
+    bufs: TxBuffers,
     mask: usize,
     /// Next descriptor to fill.
     next: usize,
@@ -193,6 +257,10 @@ pub struct TxQueue<B: Bar> {
     tail_offset: usize,
     counters: QueueCounters,
 }
+
+/// Advanced data descriptor command for one whole frame (§7.2.3.2.4):
+/// data descriptor, end of packet, insert the FCS.
+const TX_COMMAND: u64 = adv_tx::DTYP_DATA | adv_tx::CMD_DEXT | adv_tx::CMD_EOP | adv_tx::CMD_IFCS;
 
 impl<B: Bar + 'static> TxQueue<B> {
     pub(crate) fn open(
@@ -226,8 +294,9 @@ impl<B: Bar + 'static> TxQueue<B> {
             tail_offset: regs::TDT.at(q),
             claim,
             ring,
-            bufs: (0..ring_size).map(|_| None).collect(),
-            cache: pool.cache(ring_size.max(MAX_BATCH * 2)),
+            bufs: TxBuffers::new(pool, ring_size).ok_or_else(|| {
+                InitError::Config(format!("transmit ring of {ring_size} entries"))
+            })?,
             mask: ring_size - 1,
             next: 0,
             clean: 0,
@@ -239,49 +308,68 @@ impl<B: Bar + 'static> TxQueue<B> {
 impl<B: Bar> TxQueue<B> {
     /// Send packets from the front of `batch`; those sent leave the batch
     /// (the queue owns them until transmitted), the rest stay, in order.
-    /// Packets that cannot be sent at all (empty, or longer than a
-    /// descriptor can carry) leave the batch too, counted in
-    /// `counters().errors`. The tail is written once per call. Returns
+    /// Empty packets cannot be sent: they leave the batch, counted in
+    /// `counters().errors` (a packet is never longer than one descriptor
+    /// carries, 64 KiB - 1). The tail is written once per call. Returns
     /// the number queued for transmission.
     pub fn tx_batch(&mut self, batch: &mut Batch) -> usize {
         self.reclaim_transmitted();
         // At most size - 1 in flight: TDH == TDT means empty.
-        let in_flight = self.next.wrapping_sub(self.clean) & self.mask;
-        let room = self.mask - in_flight;
+        let room = self.mask - self.in_flight();
         let take = room.min(batch.len());
+        let ring = self.ring.view();
         let first = self.next;
-        let mut i = first;
-        for pkt in batch.drain_front(take) {
-            let len = pkt.len();
-            if len == 0 || len > adv_tx::LENGTH_MASK as usize {
-                self.counters.errors += 1;
-                continue;
+        let mut bytes = 0;
+        for (k, pkt) in batch.as_slice()[..take].iter().enumerate() {
+            let len = pkt.len() as u64;
+            if len == 0 {
+                return self.tx_batch_without_empty(batch);
             }
-            let status_request = if i % TX_CLEAN_BATCH == TX_CLEAN_BATCH - 1 {
-                adv_tx::CMD_RS
-            } else {
-                0
-            };
-            let cmd_type_len = len as u64
-                | adv_tx::DTYP_DATA
-                | adv_tx::CMD_DEXT
-                | adv_tx::CMD_EOP
-                | adv_tx::CMD_IFCS
-                | status_request;
-            let desc = self.ring.desc(i);
+            // Not wrapped here: the ring accessors wrap it.
+            let desc = ring.desc(first.wrapping_add(k));
             desc.write_q0(pkt.device_addr());
-            desc.write_q1(cmd_type_len | ((len as u64) << adv_tx::PAYLEN_SHIFT));
-            self.counters.bytes += len as u64;
-            self.bufs[i] = Some(pkt);
-            i = (i + 1) & self.mask;
+            desc.write_q1(TX_COMMAND | len | (len << adv_tx::PAYLEN_SHIFT));
+            bytes += len;
         }
-        let sent = i.wrapping_sub(first) & self.mask;
-        if sent > 0 {
-            self.next = i;
-            self.counters.packets += sent as u64;
-            self.bar.write32(self.tail_offset, i as u32);
+        if take == 0 {
+            return 0;
         }
-        sent
+        // The packets described move to the ring's buffers (it has room
+        // for every descriptor in flight, so for all of them).
+        let held = self.bufs.hold_front(batch, take);
+        debug_assert_eq!(held, take);
+        let end = first + take;
+        self.request_status(first, end);
+        self.next = end & self.mask;
+        self.counters.packets += take as u64;
+        self.counters.bytes += bytes;
+        self.bar.write32(self.tail_offset, self.next as u32);
+        take
+    }
+
+    /// `tx_batch` once the batch has no empty packet: those are dropped
+    /// and counted.
+    #[cold]
+    #[inline(never)]
+    fn tx_batch_without_empty(&mut self, batch: &mut Batch) -> usize {
+        let before = batch.len();
+        batch.retain(|pkt| !pkt.is_empty());
+        self.counters.errors += (before - batch.len()) as u64;
+        self.tx_batch(batch)
+    }
+
+    /// Set RS on the last descriptor of every group of TX_CLEAN_BATCH
+    /// among `first..end` (filled, not yet handed to the device): the
+    /// only descriptors whose write-back (§7.2.3.5.1) the clean-up reads.
+    /// Requesting status for every packet would make the device write
+    /// back 32 times as many descriptors for nothing.
+    fn request_status(&self, first: usize, end: usize) {
+        let mut last = first | (TX_CLEAN_BATCH - 1);
+        while last < end {
+            let desc = self.ring.desc(last);
+            desc.write_q1(desc.read_q1() | adv_tx::CMD_RS);
+            last += TX_CLEAN_BATCH;
+        }
     }
 
     /// Give back the buffers of every complete group of TX_CLEAN_BATCH
@@ -294,11 +382,12 @@ impl<B: Bar> TxQueue<B> {
                 return;
             }
             let last = self.clean + TX_CLEAN_BATCH - 1;
+            // `Acquire`: the device has read the buffers before this
+            // write-back, so they may be written again after.
             if self.ring.read_q1(last) & adv_tx::DD == 0 {
                 return;
             }
-            let group = self.bufs[self.clean..=last].iter_mut();
-            self.cache.free_bulk(group.filter_map(Option::take));
+            self.bufs.free_oldest(TX_CLEAN_BATCH);
             self.clean = (last + 1) & self.mask;
         }
     }
