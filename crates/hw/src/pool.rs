@@ -382,7 +382,7 @@ impl PoolCache {
         while k < n {
             // SAFETY: k < n (caller's contract).
             let pool = unsafe { &(*bufs.add(k)).pool };
-            let mut ids = [0u32; CACHE_CHUNK];
+            let mut ids = [MaybeUninit::<u32>::uninit(); CACHE_CHUNK];
             let run = (n - k).min(CACHE_CHUNK);
             let mut len = 0;
             while len < run {
@@ -391,14 +391,16 @@ impl PoolCache {
                 if !buf.pool.same(pool) {
                     break;
                 }
-                ids[len] = buf.id;
+                ids[len].write(buf.id);
                 len += 1;
             }
+            // SAFETY: the first `len` ids were written just above.
+            let ids = unsafe { std::slice::from_raw_parts(ids.as_ptr().cast::<u32>(), len) };
             // The run's ids now belong to `ids`: the packets are forgotten.
             if pool.same(&self.pool) {
-                self.free_ids(&ids[..len]);
+                self.free_ids(ids);
             } else {
-                give_back(pool, &ids[..len]);
+                give_back(pool, ids);
             }
             k += len;
         }
@@ -611,17 +613,24 @@ impl RxBuffers {
             let new_ids = self.cache.ids.as_ptr().add(rest);
             let ring_ids = self.ids.as_mut_ptr();
             let out = batch.pkts.as_mut_ptr().add(batch_len);
+            // Loaded once: the stores below may not change them, but the
+            // compiler cannot tell.
+            let handle = pool.borrowed();
+            let device_addrs = pool.inner.device_addrs.as_ptr();
             for k in 0..n {
                 let new_id = *new_ids.add(k);
                 let slot = ring_ids.add(first.wrapping_add(k) & mask);
                 let id = std::ptr::replace(slot, new_id);
                 out.add(k).write(PktBuf {
-                    pool: pool.borrowed(),
+                    // A bitwise copy of a borrowed handle is one more
+                    // borrowed handle (never dropped, see `borrowed`).
+                    pool: std::ptr::read(&handle),
                     id,
                     offset: HEADROOM as u16,
                     len: usize::from(*lens.get_unchecked(k)).min(data_room) as u16,
                 });
-                *fresh.get_unchecked_mut(k) = pool.entry_device_addr(new_id) + HEADROOM as u64;
+                // Entry ids are below `count`, the length of the table.
+                *fresh.get_unchecked_mut(k) = *device_addrs.add(new_id as usize) + HEADROOM as u64;
             }
             self.cache.ids.set_len(rest);
             batch.pkts.set_len(batch_len + n);

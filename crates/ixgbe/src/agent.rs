@@ -355,10 +355,13 @@ impl<B: Bar> Agent<B> {
             // when the receive tail passes it).
             let counts = (&mut self.unsent[0], &mut self.invalid_lengths);
             desc.write_q1(tx_command(std::mem::take(&mut lens[0]), counts));
-            let others = self.rings.iter().zip(&mut lens).zip(&mut self.unsent);
-            for ((ring, len), unsent) in others.take(outputs).skip(1) {
-                let counts = (unsent, &mut self.invalid_lengths);
-                ring.write_q1(i, tx_command(std::mem::take(len), counts));
+            if outputs > 1 {
+                for (k, ring) in self.rings[1..outputs].iter().enumerate() {
+                    let output = k + 1;
+                    let counts = (&mut self.unsent[output], &mut self.invalid_lengths);
+                    let command = tx_command(std::mem::take(&mut lens[output]), counts);
+                    ring.write_q1(i, command);
+                }
             }
             i = i.wrapping_add(1);
             if i.is_multiple_of(FLUSH_PERIOD) {
@@ -455,12 +458,13 @@ impl<B: Bar> Agent<B> {
 /// The legacy transmit command (§7.2.3.2.2) for a length the handler
 /// returned: send `len` bytes, or a null descriptor (length 0, "transfer
 /// no data") counted in `unsent`, also for a length beyond the buffer,
-/// which `invalid` counts. One comparison on the common path,
-/// 1..=BUFFER_SIZE.
+/// which `invalid` counts. One test on the common path, 1..=BUFFER_SIZE:
+/// `len - 1` has no bit at or above BUFFER_SIZE's (a power of two).
 #[inline(always)]
 fn tx_command(len: u16, (unsent, invalid): (&mut u64, &mut u64)) -> u64 {
+    const _: () = assert!(BUFFER_SIZE.is_power_of_two());
     let mut len = u32::from(len);
-    if len.wrapping_sub(1) >= BUFFER_SIZE as u32 {
+    if len.wrapping_sub(1) & !(BUFFER_SIZE as u32 - 1) != 0 {
         *unsent += 1;
         if len != 0 {
             *invalid += 1;

@@ -148,13 +148,20 @@ impl<B: Bar> RxQueue<B> {
         let mut lens = [0u16; MAX_BATCH];
         let mut fresh = [0u64; MAX_BATCH];
         loop {
-            let (n, stop) = self.good_frames(i, batch.room(), &mut lens);
+            let (n, run_bytes, stop) = self.good_frames(i, batch.room(), &mut lens);
             let taken = self.bufs.take_bulk(i, &lens[..n], batch, &mut fresh);
-            for (k, (&addr, &len)) in fresh[..taken].iter().zip(&lens).enumerate() {
+            for (k, &addr) in fresh[..taken].iter().enumerate() {
                 let desc = ring.desc(i.wrapping_add(k));
                 desc.write_q0(addr);
                 desc.write_q1(0);
-                bytes += u64::from(len);
+            }
+            bytes += run_bytes;
+            if taken < n {
+                // The pool ran dry: the rest wait in the ring.
+                bytes -= lens[taken..n]
+                    .iter()
+                    .map(|&len| u64::from(len))
+                    .sum::<u64>();
             }
             i = i.wrapping_add(taken);
             added += taken;
@@ -185,11 +192,12 @@ impl<B: Bar> RxQueue<B> {
     }
 
     /// The whole good frames (§7.1.6.2) in the descriptors from `i` on,
-    /// at most `room`: their lengths go to `lens`. Returns how many, and
-    /// the status that ended the run (DD clear: nothing more received).
-    /// Statuses are read without ordering; `rx_batch` orders once.
+    /// at most `room`: their lengths go to `lens`. Returns how many,
+    /// their bytes, and the status that ended the run (DD clear: nothing
+    /// more received). Statuses are read without ordering; `rx_batch`
+    /// orders once.
     #[inline(always)]
-    fn good_frames(&self, i: usize, room: usize, lens: &mut [u16; MAX_BATCH]) -> (usize, u64) {
+    fn good_frames(&self, i: usize, room: usize, lens: &mut [u16; MAX_BATCH]) -> (usize, u64, u64) {
         let ring = self.ring.view();
         // While a frame that spans descriptors is discarded, even its
         // last descriptor is not a good frame.
@@ -200,15 +208,18 @@ impl<B: Bar> RxQueue<B> {
         };
         let room = room.min(MAX_BATCH);
         let mut n = 0;
+        let mut bytes = 0;
         while n < room {
             let status = ring.desc(i.wrapping_add(n)).read_q1_relaxed();
             if status & RX_CHECKED != good {
-                return (n, status);
+                return (n, bytes, status);
             }
-            lens[n] = (status >> adv_rx::LENGTH_SHIFT) as u16;
+            let len = (status >> adv_rx::LENGTH_SHIFT) as u16;
+            lens[n] = len;
+            bytes += u64::from(len);
             n += 1;
         }
-        (n, 0)
+        (n, bytes, 0)
     }
 
     /// Queue index on its device.
