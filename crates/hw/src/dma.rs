@@ -362,6 +362,18 @@ impl<'a> DescRingView<'a> {
         // below that.
         unsafe { &*self.descs.as_ptr().add(i & self.mask) }
     }
+
+    /// Up to `n` descriptors from `i mod entries` on, stopping at the end
+    /// of the ring (a run never wraps): a loop over a batch walks them
+    /// by pointer instead of wrapping each index.
+    #[inline(always)]
+    pub fn run(self, i: usize, n: usize) -> &'a [Desc] {
+        let start = i & self.mask;
+        let len = n.min(self.mask + 1 - start);
+        // SAFETY: descriptors `start..start + len` are within the ring's
+        // mask + 1 (len <= entries - start), which the view borrows.
+        unsafe { std::slice::from_raw_parts(self.descs.as_ptr().add(start), len) }
+    }
 }
 
 /// One 16-byte descriptor of a [`DescRing`]: two little-endian

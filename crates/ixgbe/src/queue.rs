@@ -150,32 +150,37 @@ impl<B: Bar> RxQueue<B> {
         loop {
             let (n, run_bytes, stop) = self.good_frames(i, batch.room(), &mut lens);
             let taken = self.bufs.take_bulk(i, &lens[..n], batch, &mut fresh);
-            for (k, &addr) in fresh[..taken].iter().enumerate() {
-                let desc = ring.desc(i.wrapping_add(k));
+            // The run does not wrap (see `good_frames`).
+            for (desc, &addr) in ring.run(i, taken).iter().zip(&fresh[..taken]) {
                 desc.write_q0(addr);
                 desc.write_q1(0);
             }
             bytes += run_bytes;
+            i = i.wrapping_add(taken);
+            added += taken;
             if taken < n {
                 // The pool ran dry: the rest wait in the ring.
                 bytes -= lens[taken..n]
                     .iter()
                     .map(|&len| u64::from(len))
                     .sum::<u64>();
-            }
-            i = i.wrapping_add(taken);
-            added += taken;
-            if taken < n || stop & adv_rx::DD == 0 || batch.is_full() {
                 break;
             }
-            // A descriptor that does not end a good frame: dropped, and
-            // its buffer lent again (write-back replaced the address,
-            // §7.1.6.2).
-            drop_frame(stop, &mut self.discarding, &mut self.counters);
-            let desc = ring.desc(i);
-            desc.write_q0(self.bufs.rx_device_addr(i));
-            desc.write_q1(0);
-            i = i.wrapping_add(1);
+            match stop {
+                RunEnd::Room if batch.is_full() => break,
+                // At the end of the ring: go on from descriptor 0.
+                RunEnd::Room => {}
+                RunEnd::Empty => break,
+                RunEnd::NotGood(status) => {
+                    // Dropped, and its buffer lent again (write-back
+                    // replaced the address, §7.1.6.2).
+                    drop_frame(status, &mut self.discarding, &mut self.counters);
+                    let desc = ring.desc(i);
+                    desc.write_q0(self.bufs.rx_device_addr(i));
+                    desc.write_q1(0);
+                    i = i.wrapping_add(1);
+                }
+            }
         }
         if i != first {
             // What the device wrote before each DD we saw (the frames)
@@ -192,13 +197,16 @@ impl<B: Bar> RxQueue<B> {
     }
 
     /// The whole good frames (§7.1.6.2) in the descriptors from `i` on,
-    /// at most `room`: their lengths go to `lens`. Returns how many,
-    /// their bytes, and the status that ended the run (DD clear: nothing
-    /// more received). Statuses are read without ordering; `rx_batch`
-    /// orders once.
+    /// at most `room`, and not past the end of the ring: their lengths go
+    /// to `lens`. Returns how many, their bytes, and what ended the run.
+    /// Statuses are read without ordering; `rx_batch` orders once.
     #[inline(always)]
-    fn good_frames(&self, i: usize, room: usize, lens: &mut [u16; MAX_BATCH]) -> (usize, u64, u64) {
-        let ring = self.ring.view();
+    fn good_frames(
+        &self,
+        i: usize,
+        room: usize,
+        lens: &mut [u16; MAX_BATCH],
+    ) -> (usize, u64, RunEnd) {
         // While a frame that spans descriptors is discarded, even its
         // last descriptor is not a good frame.
         let good = if self.discarding {
@@ -206,20 +214,22 @@ impl<B: Bar> RxQueue<B> {
         } else {
             RX_GOOD
         };
-        let room = room.min(MAX_BATCH);
-        let mut n = 0;
+        let descs = self.ring.view().run(i, room.min(MAX_BATCH));
         let mut bytes = 0;
-        while n < room {
-            let status = ring.desc(i.wrapping_add(n)).read_q1_relaxed();
+        for (n, (desc, len)) in descs.iter().zip(lens.iter_mut()).enumerate() {
+            let status = desc.read_q1_relaxed();
             if status & RX_CHECKED != good {
-                return (n, bytes, status);
+                let end = if status & adv_rx::DD == 0 {
+                    RunEnd::Empty
+                } else {
+                    RunEnd::NotGood(status)
+                };
+                return (n, bytes, end);
             }
-            let len = (status >> adv_rx::LENGTH_SHIFT) as u16;
-            lens[n] = len;
-            bytes += u64::from(len);
-            n += 1;
+            *len = (status >> adv_rx::LENGTH_SHIFT) as u16;
+            bytes += u64::from(*len);
         }
-        (n, bytes, 0)
+        (descs.len(), bytes, RunEnd::Room)
     }
 
     /// Queue index on its device.
@@ -229,6 +239,16 @@ impl<B: Bar> RxQueue<B> {
     pub fn counters(&self) -> QueueCounters {
         self.counters
     }
+}
+
+/// What ended a run of good frames.
+enum RunEnd {
+    /// The batch's room, or the end of the ring.
+    Room,
+    /// A descriptor the device has not written back (DD clear).
+    Empty,
+    /// A written-back descriptor that is not a whole good frame.
+    NotGood(u64),
 }
 
 /// A descriptor that does not end a good frame: a frame error, part of a
@@ -331,16 +351,27 @@ impl<B: Bar> TxQueue<B> {
         let ring = self.ring.view();
         let first = self.next;
         let mut bytes = 0;
-        for (k, pkt) in batch.as_slice()[..take].iter().enumerate() {
-            let len = pkt.len() as u64;
-            if len == 0 {
-                return self.tx_batch_without_empty(batch);
+        // Up to two runs of descriptors: to the end of the ring, then on
+        // from 0.
+        let up_to_end = ring.run(first, take);
+        let (pkts, wrapped) = batch.as_slice()[..take].split_at(up_to_end.len());
+        let runs = [(up_to_end, pkts), (ring.run(0, wrapped.len()), wrapped)];
+        let mut found_empty = false;
+        'runs: for (descs, pkts) in runs {
+            for (desc, pkt) in descs.iter().zip(pkts) {
+                let len = pkt.len() as u64;
+                if len == 0 {
+                    found_empty = true;
+                    break 'runs;
+                }
+                desc.write_q0(pkt.device_addr());
+                desc.write_q1(TX_COMMAND | len | (len << adv_tx::PAYLEN_SHIFT));
+                bytes += len;
             }
-            // Not wrapped here: the ring accessors wrap it.
-            let desc = ring.desc(first.wrapping_add(k));
-            desc.write_q0(pkt.device_addr());
-            desc.write_q1(TX_COMMAND | len | (len << adv_tx::PAYLEN_SHIFT));
-            bytes += len;
+        }
+        if found_empty {
+            // Nothing handed to the device yet: start over without them.
+            return self.tx_batch_without_empty(batch);
         }
         if take == 0 {
             return 0;

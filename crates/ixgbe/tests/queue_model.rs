@@ -405,6 +405,47 @@ fn kept_reordered_and_generated_packets_and_no_leak() {
 }
 
 #[test]
+fn empty_packets_are_dropped_and_counted_and_the_rest_sent_in_order() {
+    let mut bench = Bench::new(Mode::LockStep);
+    let nic = bench.nic(model(1));
+    let pool = Mempool::new(&*bench.dma, "tx", 2048, 4096).unwrap();
+    let (_dev, mut fwd) = forwarder(&bench, &nic, &pool);
+    let wire = nic.wire();
+    let mut sent: VecDeque<Vec<u8>> = VecDeque::new();
+    let mut seq = 0;
+    // 40 batches of 17 frames and 3 empty packets: the ring wraps.
+    for _ in 0..40 {
+        for k in 0..20 {
+            let mut p = pool.alloc().unwrap();
+            if k % 7 != 3 {
+                let f = frame([2, 0, 0, 0, 0, 1], seq, len_of(seq, 3));
+                p.copy_from(&f).unwrap();
+                sent.push_back(f);
+                seq += 1;
+            }
+            assert!(fwd.batch.push(p).is_none());
+        }
+        assert_eq!(fwd.tx.tx_batch(&mut fwd.batch), 17);
+        assert!(fwd.batch.is_empty(), "sent or dropped, none left");
+        nic.step();
+        wire.drain_transmitted(|f| {
+            let want = sent.pop_front().expect("a frame nobody sent");
+            assert!(
+                f == &want[..],
+                "frame {} differs or out of order",
+                seq_of(f)
+            );
+        });
+    }
+    assert!(sent.is_empty());
+    let c = fwd.tx.counters();
+    assert_eq!((c.packets, c.errors), (40 * 17, 40 * 3));
+    drop(fwd);
+    assert_eq!(pool.free_count(), pool.capacity(), "every buffer back");
+    assert_no_violations(&nic);
+}
+
+#[test]
 fn small_pool_buffers_are_refused_with_a_fix() {
     let mut bench = Bench::new(Mode::LockStep);
     let nic = bench.nic(model(1));
