@@ -84,6 +84,9 @@ pub struct AfPacketSpec {
     pub iface: String,
     /// Sockets joined in one PACKET_FANOUT_HASH group, one per queue.
     pub queues: usize,
+    /// RX ring slots per socket (`ring=SLOTS`; default
+    /// `afpacket::DEFAULT_RX_SLOTS`).
+    pub ring: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +104,19 @@ pub enum XdpMode {
     ZeroCopy,
 }
 
+/// Where the AF_XDP redirect program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XdpAttach {
+    /// In the driver if it has native XDP, else generic.
+    #[default]
+    Auto,
+    /// In the driver (`XDP_FLAGS_DRV_MODE`); an error if it cannot.
+    Native,
+    /// On the socket buffer, after the driver (`XDP_FLAGS_SKB_MODE`);
+    /// works on any interface. Not with zero-copy.
+    Generic,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AfXdpSpec {
     pub iface: String,
@@ -109,6 +125,10 @@ pub struct AfXdpSpec {
     /// Number of consecutive device queues, one XDP socket each.
     pub queues: usize,
     pub mode: XdpMode,
+    pub attach: XdpAttach,
+    /// Slots per ring (fill, RX, TX, completion), a power of two
+    /// (`ring=SLOTS`; default `afxdp::DEFAULT_RING`).
+    pub ring: Option<u32>,
 }
 
 /// Why a spec string did not parse.
@@ -288,13 +308,26 @@ fn take_queues(o: &mut Options) -> Result<usize, String> {
     Ok(n)
 }
 
+/// `ring=SLOTS`: between 64 and 8192 kernel ring slots.
+fn take_ring(o: &mut Options) -> Result<Option<usize>, String> {
+    let n = o.take_num::<usize>("ring", "a number of ring slots")?;
+    if let Some(n) = n {
+        if !(64..=8192).contains(&n) {
+            return Err(format!("ring={n} must be between 64 and 8192 slots"));
+        }
+    }
+    Ok(n)
+}
+
 fn parse_afpacket(main: &str, mut o: Options) -> Result<PortSpec, String> {
     check_ifname(main)?;
     let queues = take_queues(&mut o)?;
-    o.finish("queues=N")?;
+    let ring = take_ring(&mut o)?;
+    o.finish("queues=N, ring=SLOTS")?;
     Ok(PortSpec::AfPacket(AfPacketSpec {
         iface: main.to_string(),
         queues,
+        ring,
     }))
 }
 
@@ -323,12 +356,29 @@ fn parse_afxdp(main: &str, mut o: Options) -> Result<PortSpec, String> {
         Some("zc") | Some("zerocopy") => XdpMode::ZeroCopy,
         Some(m) => return Err(format!("mode={m}: expected auto, copy or zc")),
     };
-    o.finish("queues=N, mode=auto|copy|zc")?;
+    let attach = match o.take("attach").as_deref() {
+        None | Some("auto") => XdpAttach::Auto,
+        Some("native") | Some("drv") => XdpAttach::Native,
+        Some("generic") | Some("skb") => XdpAttach::Generic,
+        Some(a) => return Err(format!("attach={a}: expected auto, native or generic")),
+    };
+    if attach == XdpAttach::Generic && mode == XdpMode::ZeroCopy {
+        return Err("mode=zc needs the program in the driver: drop attach=generic".into());
+    }
+    let ring = match take_ring(&mut o)? {
+        Some(n) if !n.is_power_of_two() => {
+            return Err(format!("ring={n} must be a power of two (AF_XDP rings)"))
+        }
+        r => r.map(|n| n as u32),
+    };
+    o.finish("queues=N, mode=auto|copy|zc, attach=auto|native|generic, ring=SLOTS")?;
     Ok(PortSpec::AfXdp(AfXdpSpec {
         iface: iface.to_string(),
         queue,
         queues,
         mode,
+        attach,
+        ring,
     }))
 }
 
@@ -389,6 +439,9 @@ impl fmt::Display for PortSpec {
                 if a.queues != 1 {
                     write!(f, ",queues={}", a.queues)?;
                 }
+                if let Some(n) = a.ring {
+                    write!(f, ",ring={n}")?;
+                }
                 Ok(())
             }
             PortSpec::Tap(t) => write!(f, "tap:{}", t.name),
@@ -398,10 +451,19 @@ impl fmt::Display for PortSpec {
                     write!(f, ",queues={}", x.queues)?;
                 }
                 match x.mode {
-                    XdpMode::Auto => Ok(()),
-                    XdpMode::Copy => write!(f, ",mode=copy"),
-                    XdpMode::ZeroCopy => write!(f, ",mode=zc"),
+                    XdpMode::Auto => {}
+                    XdpMode::Copy => write!(f, ",mode=copy")?,
+                    XdpMode::ZeroCopy => write!(f, ",mode=zc")?,
                 }
+                match x.attach {
+                    XdpAttach::Auto => {}
+                    XdpAttach::Native => write!(f, ",attach=native")?,
+                    XdpAttach::Generic => write!(f, ",attach=generic")?,
+                }
+                if let Some(n) = x.ring {
+                    write!(f, ",ring={n}")?;
+                }
+                Ok(())
             }
             PortSpec::Sim(n) => write!(f, "sim:{n}"),
             PortSpec::Pci(a) => write!(f, "pci:{a}"),
@@ -441,9 +503,12 @@ mod tests {
             "pcap:rx=a.pcap,tx=b.pcap,timing=file,loop=3",
             "afpacket:veth0",
             "afpacket:veth0,queues=4",
+            "afpacket:veth0,ring=1024",
             "tap:nf0",
             "afxdp:eth1:2",
             "afxdp:eth1:0,queues=2,mode=copy",
+            "afxdp:eth1:0,mode=copy,attach=generic,ring=256",
+            "afxdp:eth1:0,attach=native",
             "sim:1",
             "pci:0000:03:00.0",
             "vhost-user:/tmp/vm0.sock",
@@ -488,6 +553,10 @@ mod tests {
         assert!(bad("afpacket:eth0,queues=0").contains("between 1 and 64"));
         assert!(bad("afxdp:eth0:x").contains("not a number"));
         assert!(bad("afxdp:eth0,mode=fast").contains("mode=fast"));
+        assert!(bad("afxdp:eth0,attach=hw").contains("expected auto, native or generic"));
+        assert!(bad("afxdp:eth0,mode=zc,attach=generic").contains("in the driver"));
+        assert!(bad("afxdp:eth0,ring=1000").contains("power of two"));
+        assert!(bad("afpacket:eth0,ring=8").contains("between 64 and 8192"));
         assert!(bad("sim:x").contains("device number"));
         assert!(bad("pci:zz").contains("not a PCI address"));
         assert!(bad("tap:a,b=c").contains("no options"));

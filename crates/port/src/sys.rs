@@ -1,6 +1,7 @@
 //! The raw system calls of the kernel-facing ports, each behind a safe
-//! function: sockets and their options, binding, the TUN ioctl, `poll`,
-//! batched `sendmmsg`, and the few `bpf(2)` commands AF_XDP needs. Every
+//! function: sockets and their options, binding, the TUN ioctl, the
+//! `send` that kicks a TX ring, and the few `bpf(2)` commands AF_XDP
+//! needs. Every
 //! `unsafe` block passes the kernel pointers to memory the function owns
 //! or borrows for the call.
 //! (Shared-memory rings are in `afpacket::ring` and `afxdp::ring`.)
@@ -158,7 +159,7 @@ pub fn tun_set_iff(fd: BorrowedFd<'_>, name: &str, flags: libc::c_short) -> io::
 }
 
 /// `send(fd, NULL, 0, MSG_DONTWAIT)`: the kick that makes the kernel walk
-/// a TX ring.
+/// a TX ring (AF_XDP, PACKET_TX_RING).
 pub fn kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: a zero-length send reads no memory.
     let r = unsafe {
@@ -175,71 +176,6 @@ pub fn kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {
         Err(io::Error::last_os_error())
     } else {
         Ok(())
-    }
-}
-
-/// Scratch space for one `sendmmsg(2)` of up to `cap` frames, made once.
-pub struct SendBatch {
-    msgs: Vec<libc::mmsghdr>,
-    iovs: Vec<libc::iovec>,
-}
-
-// SAFETY: the raw pointers inside are only set and used within `send`,
-// for the duration of the call; between calls they are dangling but never
-// read.
-unsafe impl Send for SendBatch {}
-
-impl SendBatch {
-    pub fn new(cap: usize) -> SendBatch {
-        SendBatch {
-            // SAFETY: mmsghdr and iovec are plain data; zero is valid.
-            msgs: (0..cap).map(|_| unsafe { zeroed() }).collect(),
-            iovs: (0..cap)
-                .map(|_| libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                })
-                .collect(),
-        }
-    }
-
-    /// Send `frames` (at most `cap`) on a bound socket without blocking;
-    /// returns how many the kernel took (0 if its queue is full).
-    pub fn send<'a>(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        frames: impl Iterator<Item = &'a [u8]>,
-    ) -> io::Result<usize> {
-        let mut n = 0;
-        for (i, f) in frames.take(self.msgs.len()).enumerate() {
-            self.iovs[i].iov_base = f.as_ptr() as *mut libc::c_void;
-            self.iovs[i].iov_len = f.len();
-            let m = &mut self.msgs[i].msg_hdr;
-            m.msg_iov = &mut self.iovs[i];
-            m.msg_iovlen = 1;
-            n = i + 1;
-        }
-        if n == 0 {
-            return Ok(0);
-        }
-        // SAFETY: the first `n` headers point at `n` iovecs that point at
-        // frames borrowed for this call; the kernel only reads them.
-        let r = unsafe {
-            libc::sendmmsg(
-                fd.as_raw_fd(),
-                self.msgs.as_mut_ptr(),
-                n as u32,
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(libc::ENOBUFS) {
-                return Ok(0);
-            }
-            return Err(e);
-        }
-        Ok(r as usize)
     }
 }
 
