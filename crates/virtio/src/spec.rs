@@ -35,6 +35,9 @@ pub mod feature {
     pub const F_EVENT_IDX: u64 = 1 << 29;
     /// §6: a VirtIO 1.x (non-legacy) device.
     pub const F_VERSION_1: u64 = 1 << 32;
+    /// §6 and §2.7.9: the device uses buffers in the order they were
+    /// made available, so the driver may reclaim them in ring order.
+    pub const F_IN_ORDER: u64 = 1 << 35;
     /// §6: the device sits behind an IOMMU and uses bus addresses
     /// (needed for modern devices under VFIO + vIOMMU).
     pub const F_ACCESS_PLATFORM: u64 = 1 << 33;

@@ -382,8 +382,12 @@ fn refuse<T>(shared: &Shared, why: &str) -> VuResult<T> {
 impl Handler {
     /// The features this port offers (vhost-user "GET_FEATURES").
     fn offered(&self) -> u64 {
-        let mut f =
-            feature::F_VERSION_1 | feature::VHOST_USER_F_PROTOCOL_FEATURES | feature::F_EVENT_IDX;
+        // IN_ORDER (§2.7.9): `DeviceQueue` takes chains in ring order and
+        // gives every one back in that order, bad ones included.
+        let mut f = feature::F_VERSION_1
+            | feature::VHOST_USER_F_PROTOCOL_FEATURES
+            | feature::F_EVENT_IDX
+            | feature::F_IN_ORDER;
         if self.shared.vrings.len() > 2 {
             f |= feature::NET_F_MQ;
         }
@@ -678,6 +682,7 @@ impl Port for VhostUserBackend {
         };
         let room = self.pool.data_room();
         let mut got = 0;
+        q.prefetch(std::iter::repeat_n(0, batch.room()), false);
         while !batch.is_full() && q.pending() > 0 {
             // An empty pool leaves the packets in the frontend's ring.
             let Some(mut buf) = cache.alloc() else {
@@ -730,6 +735,7 @@ impl Port for VhostUserBackend {
         };
         let mut taken = 0;
         let mut sent = 0;
+        q.prefetch(batch.iter().map(|p| hdr_len + p.len()), true);
         for pkt in batch.iter() {
             match q.push_rx(hdr_len, pkt.data()) {
                 Moved::Packet(n) => {

@@ -126,6 +126,30 @@ impl DeviceQueue {
         self.seen_avail.wrapping_sub(self.next_avail)
     }
 
+    /// Start loading what the next chains need, so that their cache
+    /// misses overlap instead of coming one after the other in
+    /// [`Self::pop_tx`] / [`Self::push_rx`]: first their descriptors,
+    /// then the start of the buffers the first descriptors name: for
+    /// reading, as much as the descriptor says; for writing, the bytes
+    /// `lens` says will be written, one length per chain. The chains are
+    /// not taken.
+    #[inline]
+    pub fn prefetch(&mut self, lens: impl Iterator<Item = usize> + Clone, write: bool) {
+        let n = self.pending();
+        for i in (0..n).zip(lens.clone()).map(|(i, _)| i) {
+            let head = self.ring.avail_entry(self.next_avail.wrapping_add(i));
+            self.ring.prefetch_descriptor(head);
+        }
+        for (i, len) in (0..n).zip(lens) {
+            let head = self.ring.avail_entry(self.next_avail.wrapping_add(i));
+            if let Some(d) = self.ring.descriptor(head) {
+                let len = if write { len } else { d.len as usize };
+                let mem = self.ring.memory();
+                mem.prefetch(&mut self.hint, d.addr, len, write);
+            }
+        }
+    }
+
     /// The head of the next available chain, if any.
     #[inline]
     fn take_head(&mut self) -> Option<u16> {

@@ -185,6 +185,17 @@ impl SharedRing {
         })
     }
 
+    /// Start loading descriptor `id` into the cache (nothing if `id` is
+    /// not below the queue size).
+    #[inline(always)]
+    pub fn prefetch_descriptor(&self, id: u16) {
+        if id < self.size {
+            // SAFETY: `id < size`: inside the checked table.
+            let p = unsafe { self.desc.as_ptr().add(16 * id as usize) };
+            super::memory::prefetch_line(p, false);
+        }
+    }
+
     /// used.flags (§2.7.8).
     #[inline(always)]
     pub fn set_used_flags(&self, flags: u16) {
