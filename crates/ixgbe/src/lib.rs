@@ -12,12 +12,15 @@
 //! * The **agent model** ([`Agent`], TinyNF): one input queue, up to
 //!   [`MAX_OUTPUTS`] output queues on any devices, one logical ring of
 //!   2 KiB buffers, legacy descriptors, packets handled in place by a
-//!   [`PacketHandler`]. The receive tail follows the slowest output,
-//!   found with modular ring arithmetic ([`slowest_head`]).
+//!   [`PacketHandler`]. As in TinyNF the receive ring is also output 0's
+//!   transmit ring, so one store per output and packet both sends and
+//!   re-arms. The receive tail follows the slowest output, found with
+//!   modular ring arithmetic ([`slowest_head`]).
 //! * The **queue model** ([`RxQueue`], [`TxQueue`], ixy/DPDK): batches of
 //!   pool buffers on advanced descriptors; the network function may keep,
-//!   reorder and allocate packets. Pools need buffers of 4096 bytes
-//!   ([`MIN_RX_DATA_ROOM`]).
+//!   reorder and allocate packets. Buffers move between ring and pool in
+//!   bulk (`nfkit_hw::pool::RxBuffers`, `TxBuffers`). Pools need buffers
+//!   of 4096 bytes ([`MIN_RX_DATA_ROOM`]).
 //!
 //! Neither data path allocates or reads a device register: received
 //! packets are found by their DD bit, transmitted ones by the written-back

@@ -1,14 +1,15 @@
 //! The queue model (ixy/DPDK style): receive and transmit batches of pool
-//! buffers ([`PktBuf`]) on advanced descriptors. The network function may
-//! keep packets, reorder them, and allocate new ones.
+//! buffers ([`PktBuf`](nfkit_hw::PktBuf)) on advanced descriptors. The
+//! network function may keep packets, reorder them, and allocate new ones.
 //!
 //! Both directions work a batch at a time: one tail write per batch, and
-//! the per-packet loop touches only the descriptor, the buffer's slot and
-//! the batch. Receive reads each status without ordering and orders once
-//! per batch (an `Acquire` fence before the packets are handed out), so
-//! the loop keeps its state in registers; transmit sets RS once per
-//! group of [`TX_CLEAN_BATCH`] descriptors after filling them, not as a
-//! per-packet choice.
+//! loops that walk runs of descriptors by pointer. Receive reads each
+//! status without ordering and orders once per batch (an `Acquire` fence
+//! before the packets are handed out), then moves the buffers of a whole
+//! run into the batch in one call to the pool; transmit describes the
+//! packets, then moves them all to the ring's buffers in one call, and
+//! sets RS once per group of [`TX_CLEAN_BATCH`] descriptors, not as a
+//! per-packet choice. Sent buffers go back a group at a time.
 
 use crate::desc::{adv_rx, adv_tx, DescRing};
 use crate::device::{Device, QueueClaim};
