@@ -15,6 +15,16 @@
 //! frames), which then circulates. The rate is therefore bound by the
 //! round trip through the kernel, as it is for DPDK.
 //!
+//! Each side runs its ports' defaults. AF_XDP: both bind in copy mode
+//! (veth has no zero-copy) and run the redirect program in the veth
+//! driver (native XDP: DPDK's `net_af_xdp` lets the kernel choose, which
+//! is native on veth; nfkit's `attach=auto` picks it on these one-queue
+//! veths); DPDK adds its default busy polling (`busy_budget=64`), nfkit
+//! uses 512-slot rings. AF_PACKET: both use TPACKET_V2 RX and TX rings;
+//! DPDK's `net_af_packet` with 512 frames and the qdisc, nfkit with 512
+//! RX slots, `PACKET_QDISC_BYPASS` and virtio-net headers (see
+//! `nfkit_port::afpacket`).
+//!
 //! Both sides forward on one pinned core (core 1; testpmd's main lcore 0
 //! only prints statistics), leave packet data untouched (testpmd's io
 //! mode does not read it: `Touch::None`), and are measured as the mean of
@@ -313,8 +323,17 @@ fn forward_measured(
 pub fn print_table(title: &str, rows: &[Row], hz: f64) {
     println!("{title}");
     println!(
-        "{:<18} {:>10} {:>10} {:>7} {:>8} {:>8} {:>7} {:>7}  met",
-        "case", "nfkit Mpps", "DPDK Mpps", "ratio", "nfkit c/p", "DPDK c/p", "c ratio", "target"
+        "{:<18} {:>10} {:>10} {:>7} {:>9} {:>8} {:>7} {:>9} {:>8} {:>7}  met",
+        "case",
+        "nfkit Mpps",
+        "DPDK Mpps",
+        "ratio",
+        "nfkit c/p",
+        "DPDK c/p",
+        "c ratio",
+        "nfkit CPU",
+        "DPDK CPU",
+        "target"
     );
     for r in rows {
         let fig = |f: &Figure| match f {
@@ -325,12 +344,16 @@ pub fn print_table(title: &str, rows: &[Row], hz: f64) {
             Some(c) => format!("{c:.0}"),
             None => "-".into(),
         };
+        let cpu = |f: &Figure| match f.as_ref().ok().and_then(|v| v.cpu_share) {
+            Some(c) => format!("{:.0}%", c * 100.0),
+            None => "-".into(),
+        };
         let x = |r: Option<f64>| r.map_or("-".into(), |x| format!("{x:.2}x"));
         let met = r
             .ratio()
             .map_or("-", |x| if x >= r.target { "yes" } else { "no" });
         println!(
-            "{:<18} {:>10} {:>10} {:>7} {:>9} {:>8} {:>7} {:>6.1}x  {}",
+            "{:<18} {:>10} {:>10} {:>7} {:>9} {:>8} {:>7} {:>9} {:>8} {:>6.1}x  {}",
             r.case,
             fig(&r.nfkit),
             fig(&r.dpdk),
@@ -338,6 +361,8 @@ pub fn print_table(title: &str, rows: &[Row], hz: f64) {
             cyc(&r.nfkit),
             cyc(&r.dpdk),
             x(r.cycle_ratio(hz)),
+            cpu(&r.nfkit),
+            cpu(&r.dpdk),
             r.target,
             met
         );
@@ -376,7 +401,9 @@ pub fn ports(opts: &PortsOptions) -> Result<()> {
     println!(
         "ratio: nfkit/DPDK Mpps (judged against the target); c/p: CPU cycles per packet received, \
          from the forwarding thread's CPU time (/proc/.../schedstat) x {:.0} MHz nominal TSC, \
-         including time spent polling empty rings and in system calls; c ratio: DPDK/nfkit c/p",
+         including time spent polling empty rings and in system calls; c ratio: DPDK/nfkit c/p; \
+         CPU: the forwarding thread's share of its core over the measured seconds (well below \
+         100% means other work on the machine preempted it, and that side's Mpps is low)",
         hz / 1e6
     );
     Ok(())
