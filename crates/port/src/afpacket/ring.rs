@@ -75,6 +75,8 @@ const TP_STATUS_TS_FLAGS: u32 = (1 << 29) | (1 << 31);
 
 /// Bytes of frame a TX slot holds.
 pub const TX_ROOM: usize = SLOT - hdr::END - VNET_HDR_LEN;
+// A 1500-byte-MTU frame with a VLAN tag fits.
+const _: () = assert!(TX_ROOM >= 1518);
 
 /// `struct tpacket_req`.
 #[repr(C)]
@@ -319,5 +321,19 @@ impl Rings {
     pub fn tx_waiting(&self) -> bool {
         let status = self.status(self.tx.previous()).load(Ordering::Acquire);
         status & !TP_STATUS_TS_FLAGS == TP_STATUS_SEND_REQUEST
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_are_whole_blocks_of_whole_slots() {
+        let r = TpacketReq::for_slots(500);
+        assert_eq!(r.frame_nr, 512);
+        assert_eq!(r.block_nr * (r.block_size / r.frame_size), r.frame_nr);
+        assert_eq!(r.block_size % 4096, 0);
+        assert_eq!(TpacketReq::for_slots(0).frame_nr as usize, SLOTS_PER_BLOCK);
     }
 }

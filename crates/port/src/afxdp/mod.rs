@@ -570,3 +570,36 @@ impl Port for AfXdpPort {
         self.error.take()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PortSpec;
+    use nfkit_testkit::{require_root, Veth};
+
+    fn open(spec: &str) -> AfXdpPort {
+        let Ok(PortSpec::AfXdp(s)) = spec.parse::<PortSpec>() else {
+            panic!("{spec} is not an AF_XDP spec");
+        };
+        AfXdpPort::open(spec, &s, &OpenOptions::default()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// On a two-queue veth, `auto` runs the program in the driver only
+    /// when the port has a socket on both queues; `attach=` decides
+    /// otherwise.
+    #[test]
+    fn auto_attach_is_native_when_every_queue_has_a_socket() {
+        require_root!();
+        // A freshly closed socket keeps its queue busy for a moment, so
+        // each case gets an interface of its own.
+        let (v, w) = (Veth::with_queues(2).unwrap(), Veth::with_queues(2).unwrap());
+        assert!(
+            !open(&format!("afxdp:{},mode=copy", v.a)).native(),
+            "queue 1 of {} has no socket",
+            v.a
+        );
+        assert!(open(&format!("afxdp:{},mode=copy,attach=native", w.a)).native());
+        assert!(open(&format!("afxdp:{}:0,queues=2,mode=copy", v.b)).native());
+        assert!(!open(&format!("afxdp:{}:0,queues=2,attach=generic", w.b)).native());
+    }
+}
