@@ -165,11 +165,10 @@ impl FrontendMemory {
     }
 
     /// Start loading the cache lines of up to the first 256 of `len`
-    /// bytes at `gpa` (for writing if `write`), if they lie in a region.
-    /// Only a hint to the CPU: nothing is read or written, and no
-    /// address can fault.
+    /// bytes at `gpa`, if they lie in a region. Only a hint to the CPU:
+    /// nothing is read, and no address can fault.
     #[inline]
-    pub fn prefetch(&self, hint: &mut usize, gpa: u64, len: usize, write: bool) {
+    pub fn prefetch(&self, hint: &mut usize, gpa: u64, len: usize) {
         let Some((m, off)) = self.find(hint, gpa) else {
             return;
         };
@@ -177,13 +176,12 @@ impl FrontendMemory {
         let mut line = 0;
         while line < len {
             // SAFETY: `off + line < off + len <= m.len`: inside the mapping.
-            let p = unsafe { m.host.as_ptr().add(off + line) };
-            prefetch_line(p, write);
+            prefetch_line(unsafe { m.host.as_ptr().add(off + line) });
             line += 64;
         }
         if len > 0 && (off + len - 1) / 64 != (off + line - 64) / 64 {
             // SAFETY: as above, the last byte of the range.
-            prefetch_line(unsafe { m.host.as_ptr().add(off + len - 1) }, write);
+            prefetch_line(unsafe { m.host.as_ptr().add(off + len - 1) });
         }
     }
 
@@ -247,48 +245,16 @@ impl FrontendMemory {
 /// Ask the CPU to bring the cache line at `p` closer (a hint that never
 /// faults, whatever `p` is).
 #[inline(always)]
-pub(super) fn prefetch_line(p: *const u8, write: bool) {
+pub(super) fn prefetch_line(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        if write && has_prefetchw() {
-            // SAFETY: PREFETCHW (the CPU has it) reads and writes nothing
-            // and cannot fault, whatever the address; it only asks for
-            // the line in a writable state.
-            unsafe {
-                std::arch::asm!(
-                    "prefetchw byte ptr [{0}]",
-                    in(reg) p,
-                    options(nostack, preserves_flags, readonly)
-                );
-            }
-        } else {
-            // SAFETY: SSE is part of x86_64; a prefetch reads nothing
-            // and cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
-        }
+        // SAFETY: SSE is part of x86_64; a prefetch reads nothing and
+        // cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, write);
-}
-
-/// Whether the CPU has PREFETCHW (CPUID 8000_0001h ECX bit 8,
-/// "3DNowPrefetch"/PRFCHW), asked once.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn has_prefetchw() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    static KNOWN: AtomicU8 = AtomicU8::new(0);
-    match KNOWN.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let ecx = std::arch::x86_64::__cpuid(0x8000_0001).ecx;
-            let has = ecx & (1 << 8) != 0;
-            KNOWN.store(1 + has as u8, Ordering::Relaxed);
-            has
-        }
-    }
+    let _ = p;
 }
 
 /// Map one checked region of the table.

@@ -192,7 +192,7 @@ impl SharedRing {
         if id < self.size {
             // SAFETY: `id < size`: inside the checked table.
             let p = unsafe { self.desc.as_ptr().add(16 * id as usize) };
-            super::memory::prefetch_line(p, false);
+            super::memory::prefetch_line(p);
         }
     }
 
