@@ -11,7 +11,8 @@
 //! descriptor (needs VERSION_1 or ANY_LAYOUT, §5.1.6.6 / §6).
 
 use crate::virtqueue::{Segment, Used, Virtqueue};
-use nfkit_hw::{Batch, HwError, Mempool, PktBuf};
+use nfkit_hw::pool::MAX_BATCH;
+use nfkit_hw::{Batch, HwError, Mempool, PktBuf, PoolCache};
 use nfkit_port::{LinkStatus, Port, QueueStats};
 
 /// How a transport tells the device that a queue has new buffers
@@ -85,12 +86,13 @@ impl RxQueue {
 
     /// §5.1.6.3: post empty buffers on every free descriptor; returns
     /// whether the device wants to be told.
-    pub(crate) fn refill(&mut self, pool: &Mempool, hdr_len: usize) -> bool {
+    pub(crate) fn refill(&mut self, cache: &mut PoolCache, hdr_len: usize) -> bool {
+        let room = cache.pool().data_room();
         while self.vq.free_descriptors() > 0 {
-            let Some(buf) = pool.alloc() else { break };
+            let Some(buf) = cache.alloc() else { break };
             let seg = Segment {
                 addr: buf.rx_device_addr() - hdr_len as u64,
-                len: (pool.data_room() + hdr_len) as u32,
+                len: (room + hdr_len) as u32,
                 device_writes: true,
             };
             let Some(head) = self.vq.add(&[seg]) else {
@@ -108,15 +110,14 @@ impl TxQueue {
         TxQueue { vq, index, slots }
     }
 
-    /// Return the buffers of packets the device has sent to their pool.
-    fn reclaim(&mut self, stats: &mut QueueStats) {
+    /// Return the buffers of packets the device has sent to the cache.
+    fn reclaim(&mut self, cache: &mut PoolCache, stats: &mut QueueStats) {
         loop {
             match self.vq.pop_used() {
-                Ok(Some(Used { head, .. })) => {
-                    if self.slots[head as usize].take().is_none() {
-                        stats.tx_errors += 1;
-                    }
-                }
+                Ok(Some(Used { head, .. })) => match self.slots[head as usize].take() {
+                    Some(buf) => cache.free(buf),
+                    None => stats.tx_errors += 1,
+                },
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!(queue = self.index, "device error on transmit: {e}");
@@ -132,19 +133,20 @@ impl TxQueue {
         &mut self,
         hdr_len: usize,
         own: &OwnPool,
+        cache: &mut PoolCache,
         batch: &mut Batch,
         stats: &mut QueueStats,
     ) -> (usize, bool) {
         let n = batch.len().min(self.vq.free_descriptors());
         let mut sent = 0;
         for pkt in batch.drain_front(n) {
-            let Some(mut pkt) = own.adopt(pkt) else {
+            let Some(mut pkt) = own.adopt(pkt, cache) else {
                 stats.tx_dropped += 1; // our pool is empty
                 continue;
             };
             let len = pkt.len();
             match pkt.prepend(hdr_len) {
-                Ok(hdr) => hdr.fill(0),
+                Ok(hdr) => zero_header(hdr),
                 Err(_) => {
                     stats.tx_errors += 1; // no headroom for the header
                     continue;
@@ -201,13 +203,23 @@ impl OwnPool {
 
     /// `pkt` itself if it is ours, else a copy in one of our buffers
     /// (`None` if we have none free); the original goes back to its pool.
-    fn adopt(&self, pkt: PktBuf) -> Option<PktBuf> {
+    fn adopt(&self, pkt: PktBuf, cache: &mut PoolCache) -> Option<PktBuf> {
         if self.owns(&pkt) {
             return Some(pkt);
         }
-        let mut copy = self.pool.alloc()?;
+        let mut copy = cache.alloc()?;
         copy.copy_from(pkt.data()).ok()?;
         Some(copy)
+    }
+}
+
+/// §5.1.6.2: no offload asked, so the transmit header is all zeros. The
+/// usual 12 bytes as three stores rather than a call to memset.
+#[inline(always)]
+fn zero_header(hdr: &mut [u8]) {
+    match <&mut [u8; 12]>::try_from(&mut *hdr) {
+        Ok(h) => *h = [0; 12],
+        Err(_) => hdr.fill(0),
     }
 }
 
@@ -219,6 +231,9 @@ pub struct NetDevice<N: Notify> {
     hdr_len: usize,
     features: u64,
     pool: OwnPool,
+    /// Per queue pair: receive buffers come from it, sent ones go back to
+    /// it (no lock per packet).
+    caches: Vec<PoolCache>,
     rx: Vec<RxQueue>,
     tx: Vec<TxQueue>,
     stats: Vec<QueueStats>,
@@ -257,13 +272,14 @@ impl<N: Notify> NetDevice<N> {
             notify: p.notify,
             hdr_len: p.hdr_len,
             features: p.features,
+            caches: (0..pairs).map(|_| p.pool.cache(2 * MAX_BATCH)).collect(),
             pool: OwnPool::new(p.pool)?,
             rx: p.rx,
             tx: p.tx,
             stats: vec![QueueStats::default(); pairs],
         };
         for q in 0..pairs {
-            if dev.rx[q].refill(&dev.pool.pool, dev.hdr_len) {
+            if dev.rx[q].refill(&mut dev.caches[q], dev.hdr_len) {
                 dev.notify.notify(dev.rx[q].index)?;
             }
         }
@@ -299,22 +315,30 @@ impl<N: Notify> Port for NetDevice<N> {
     }
 
     fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        let (Some(rxq), Some(stats)) = (self.rx.get_mut(queue), self.stats.get_mut(queue)) else {
+        let (Some(rxq), Some(stats), Some(cache)) = (
+            self.rx.get_mut(queue),
+            self.stats.get_mut(queue),
+            self.caches.get_mut(queue),
+        ) else {
             return 0;
         };
         let got = rxq.receive(self.hdr_len, batch, stats);
-        if rxq.refill(&self.pool.pool, self.hdr_len) && self.notify.notify(rxq.index).is_err() {
+        if rxq.refill(cache, self.hdr_len) && self.notify.notify(rxq.index).is_err() {
             stats.rx_errors += 1;
         }
         got
     }
 
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        let (Some(txq), Some(stats)) = (self.tx.get_mut(queue), self.stats.get_mut(queue)) else {
+        let (Some(txq), Some(stats), Some(cache)) = (
+            self.tx.get_mut(queue),
+            self.stats.get_mut(queue),
+            self.caches.get_mut(queue),
+        ) else {
             return 0;
         };
-        txq.reclaim(stats);
-        let (sent, kick) = txq.send(self.hdr_len, &self.pool, batch, stats);
+        txq.reclaim(cache, stats);
+        let (sent, kick) = txq.send(self.hdr_len, &self.pool, cache, batch, stats);
         if kick && self.notify.notify(txq.index).is_err() {
             stats.tx_errors += 1;
         }
