@@ -12,16 +12,12 @@ use nfkit_hw::sim::SimDma;
 pub struct OpenOptions {
     /// Buffers in the port's pool (per port, shared by its queues).
     pub pool_buffers: usize,
-    /// Ring slots per queue for the kernel-ring backends (AF_PACKET
-    /// frames, AF_XDP descriptors); a power of two.
-    pub ring_size: usize,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             pool_buffers: 4096,
-            ring_size: 2048,
         }
     }
 }
