@@ -18,6 +18,15 @@
 //! descriptor twice); every used-ring entry is checked before it is
 //! believed.
 //!
+//! With VIRTIO_F_IN_ORDER (§2.7.9) and one descriptor per chain (as the
+//! network queues post them), [`Virtqueue::set_in_order`] turns the
+//! bookkeeping into counting: the chain made available in ring slot *i*
+//! is descriptor *i*, so the available ring, once written round, already
+//! holds every entry it will ever hold, and a used buffer is known by its
+//! position, not by the id the device wrote (which §2.7.9 allows it to
+//! write for the last buffer of a batch only); only the length is read,
+//! and only where the device writes the buffers.
+//!
 //! The 16-bit ring fields are reached through 32-bit accesses (the DMA
 //! region offers u32/u64 atomics): the driver only ever writes words it
 //! alone owns (the available ring), so a read-modify-write of such a word
@@ -150,6 +159,17 @@ pub struct Virtqueue {
     /// Chains with the device.
     in_flight: u16,
     avail_flags: u16,
+    /// IN_ORDER bookkeeping (see the module documentation), and whether
+    /// used lengths are read.
+    in_order: Option<InOrder>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InOrder {
+    reads_lengths: bool,
+    /// Available-ring slots already holding their own index (all, after
+    /// the first round).
+    slots_written: u16,
 }
 
 impl std::fmt::Debug for Virtqueue {
@@ -198,6 +218,7 @@ impl Virtqueue {
             seen_used: 0,
             in_flight: 0,
             avail_flags: 0,
+            in_order: None,
         };
         if event_idx {
             q.write_avail_u16(layout.used_event(), u16::MAX);
@@ -216,7 +237,26 @@ impl Virtqueue {
     }
     /// Descriptors not in any chain.
     pub fn free_descriptors(&self) -> usize {
-        self.free.len()
+        match self.in_order {
+            Some(_) => (self.layout.size - self.in_flight) as usize,
+            None => self.free.len(),
+        }
+    }
+
+    /// VIRTIO_F_IN_ORDER was negotiated (§2.7.9) and every chain will be
+    /// one descriptor: keep the books by position (module documentation).
+    /// `reads_lengths`: the device writes these buffers, so each used
+    /// entry's length is read. Only on a fresh queue (returns false and
+    /// changes nothing otherwise).
+    pub fn set_in_order(&mut self, reads_lengths: bool) -> bool {
+        if self.next_avail != 0 || self.in_flight != 0 {
+            return false;
+        }
+        self.in_order = Some(InOrder {
+            reads_lengths,
+            slots_written: 0,
+        });
+        true
     }
     /// Chains the device holds.
     pub fn in_flight(&self) -> u16 {
@@ -250,6 +290,12 @@ impl Virtqueue {
     /// (§2.7.13.1-2). Returns the head, or `None` if too few descriptors
     /// are free (nothing is changed then).
     pub fn add(&mut self, chain: &[Segment]) -> Option<u16> {
+        if let Some(order) = self.in_order {
+            return match chain {
+                [seg] => self.add_in_order(order, seg),
+                _ => None,
+            };
+        }
         if chain.is_empty() || chain.len() > self.free.len() {
             return None;
         }
@@ -270,6 +316,26 @@ impl Virtqueue {
         self.next_avail = self.next_avail.wrapping_add(1);
         self.in_flight += 1;
         Some(head)
+    }
+
+    /// IN_ORDER: the chain in slot `next_avail mod size` is descriptor
+    /// `next_avail mod size`, free because the device returns chains in
+    /// order and fewer than `size` are out.
+    fn add_in_order(&mut self, mut order: InOrder, seg: &Segment) -> Option<u16> {
+        if self.in_flight >= self.layout.size {
+            return None;
+        }
+        let id = self.next_avail % self.layout.size;
+        self.write_descriptor(id, seg);
+        self.chain_len[id as usize] = 1;
+        if order.slots_written < self.layout.size {
+            self.write_avail_u16(self.layout.avail_ring_entry(id), id);
+            order.slots_written += 1;
+            self.in_order = Some(order);
+        }
+        self.next_avail = self.next_avail.wrapping_add(1);
+        self.in_flight += 1;
+        Some(id)
     }
 
     fn write_descriptor(&self, id: u16, seg: &Segment) {
@@ -330,9 +396,21 @@ impl Virtqueue {
                 return Ok(None);
             }
         }
-        let entry = self
-            .layout
-            .used_ring_entry(self.last_used % self.layout.size);
+        let slot = self.last_used % self.layout.size;
+        let entry = self.layout.used_ring_entry(slot);
+        if let Some(order) = self.in_order {
+            // The buffer is the one made available in this slot; the id
+            // the device wrote is not needed (nor always written, §2.7.9).
+            let len = if order.reads_lengths {
+                self.ring.read_u32(entry + 4)
+            } else {
+                0
+            };
+            self.last_used = self.last_used.wrapping_add(1);
+            self.chain_len[slot as usize] = 0;
+            self.in_flight -= 1;
+            return Ok(Some(Used { head: slot, len }));
+        }
         let id = self.ring.read_u32(entry);
         let len = self.ring.read_u32(entry + 4);
         self.last_used = self.last_used.wrapping_add(1);
@@ -422,6 +500,43 @@ mod tests {
         assert!(!need_event(1, 1, 0));
         assert!(need_event(0xffff, 2, 0xfffe));
         assert!(!need_event(5, 3, 0));
+    }
+
+    #[test]
+    fn in_order_queues_count_positions_and_reuse_descriptors_in_ring_order() {
+        let dma = SimDma::new();
+        let mut q = Virtqueue::new(&*dma, LayoutKind::Modern, 4, false).unwrap();
+        assert!(q.set_in_order(true));
+        let seg = |addr| Segment {
+            addr,
+            len: 64,
+            device_writes: true,
+        };
+        let heads: Vec<u16> = (0..4).filter_map(|i| q.add(&[seg(0x1000 * i)])).collect();
+        assert_eq!(heads, [0, 1, 2, 3], "slot i is descriptor i");
+        assert!(q.add(&[seg(0)]).is_none(), "all four are out");
+        assert!(
+            q.add(&[seg(0), seg(0)]).is_none(),
+            "one descriptor per chain"
+        );
+        q.publish();
+        // The device returns two buffers, writing a bogus id in the first
+        // entry (only the last of a batch need carry one, §2.7.9).
+        let used = q.used_addr();
+        dma.write_u32(used + 4, 0xdead).unwrap();
+        dma.write_u32(used + 8, 60).unwrap();
+        dma.write_u32(used + 12, 1).unwrap();
+        dma.write_u32(used + 16, 70).unwrap();
+        dma.write_u32(used, 2 << 16).unwrap();
+        assert_eq!(q.pop_used().unwrap(), Some(Used { head: 0, len: 60 }));
+        assert_eq!(q.pop_used().unwrap(), Some(Used { head: 1, len: 70 }));
+        assert_eq!(q.pop_used().unwrap(), None);
+        assert_eq!(q.free_descriptors(), 2);
+        assert_eq!(q.add(&[seg(0x9000)]), Some(0), "descriptor 0 again");
+        // More used than in flight is still refused.
+        dma.write_u32(used, 9 << 16).unwrap();
+        assert!(matches!(q.pop_used(), Err(UsedError::IndexJump { .. })));
+        assert!(!q.set_in_order(false), "only on a fresh queue");
     }
 
     #[test]

@@ -89,8 +89,12 @@ pub fn connect(path: &Path, cfg: &FrontendConfig) -> Result<VirtioUser, VirtioEr
         .map_err(|e| VirtioError::VhostUser(format!("connecting to {}: {e}", path.display())))?;
     fe.set_owner().map_err(vu("SET_OWNER"))?;
     let offered = fe.get_features().map_err(vu("GET_FEATURES"))?;
-    let mut want =
-        feature::F_VERSION_1 | feature::VHOST_USER_F_PROTOCOL_FEATURES | feature::F_EVENT_IDX;
+    // IN_ORDER (§2.7.9): our queues post one descriptor per chain, so
+    // the driver can keep its books by position (`Virtqueue::set_in_order`).
+    let mut want = feature::F_VERSION_1
+        | feature::VHOST_USER_F_PROTOCOL_FEATURES
+        | feature::F_EVENT_IDX
+        | feature::F_IN_ORDER;
     if pairs > 1 {
         want |= feature::NET_F_MQ;
     }
@@ -143,8 +147,13 @@ pub fn connect(path: &Path, cfg: &FrontendConfig) -> Result<VirtioUser, VirtioEr
     )?;
     let event_idx = features & feature::F_EVENT_IDX != 0;
     let mut vqs = Vec::with_capacity(rings);
-    for _ in 0..rings {
-        vqs.push(Virtqueue::new(&arena, LayoutKind::Modern, size, event_idx)?);
+    for ring in 0..rings {
+        let mut vq = Virtqueue::new(&arena, LayoutKind::Modern, size, event_idx)?;
+        if features & feature::F_IN_ORDER != 0 {
+            // Receive rings (even) need the lengths the device wrote.
+            vq.set_in_order(ring % 2 == 0);
+        }
+        vqs.push(vq);
     }
     let region = VhostUserMemoryRegionInfo {
         guest_phys_addr: arena.device_base(),
