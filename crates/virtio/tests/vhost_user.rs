@@ -178,6 +178,8 @@ fn specs_open_through_a_registry_with_the_opener() {
     use nfkit_port::{OpenOptions, Registry};
     let reg = Registry::new().with(nfkit_virtio::opener());
     let path = socket_path("registry");
+    // The struct update keeps this compiling if options are added.
+    #[allow(clippy::needless_update)]
     let opts = OpenOptions {
         pool_buffers: 1024,
         ..OpenOptions::default()
