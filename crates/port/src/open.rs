@@ -16,9 +16,7 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions {
-            pool_buffers: 4096,
-        }
+        OpenOptions { pool_buffers: 4096 }
     }
 }
 
