@@ -15,6 +15,12 @@ use nfkit_hw::pool::MAX_BATCH;
 use nfkit_hw::{Batch, HwError, Mempool, PktBuf, PoolCache};
 use nfkit_port::{LinkStatus, Port, QueueStats};
 
+/// Packets made available between two stores of avail.idx on transmit:
+/// publishing every few packets rather than once per batch lets the
+/// device start on the first packets while the rest are being queued
+/// (against DPDK's vhost with 32 frames in flight: about +40%).
+const PUBLISH_EVERY: usize = 8;
+
 /// How a transport tells the device that a queue has new buffers
 /// (§2.7.13.4): an I/O-port write, an MMIO write, an eventfd.
 pub trait Notify: Send {
@@ -139,6 +145,7 @@ impl TxQueue {
     ) -> (usize, bool) {
         let n = batch.len().min(self.vq.free_descriptors());
         let mut sent = 0;
+        let mut kick = false;
         for pkt in batch.drain_front(n) {
             let Some(mut pkt) = own.adopt(pkt, cache) else {
                 stats.tx_dropped += 1; // our pool is empty
@@ -166,8 +173,12 @@ impl TxQueue {
             stats.tx_packets += 1;
             stats.tx_bytes += len as u64;
             sent += 1;
+            if sent % PUBLISH_EVERY == 0 {
+                kick |= self.vq.publish();
+            }
         }
-        (sent, self.vq.publish())
+        kick |= self.vq.publish();
+        (sent, kick)
     }
 }
 
