@@ -10,8 +10,9 @@
 //! and the data path: per batch, one lock of the ring, one read of
 //! `avail.idx`, one memcpy per packet between the frontend's buffer and
 //! one of our pool's (taken from and returned to a per-queue cache, no
-//! lock per packet), one store of `used.idx`, and a call eventfd write
-//! only if the frontend asked for it.
+//! lock per packet), a store of `used.idx` every [`PUBLISH_EVERY`]
+//! packets and at the end, and a call eventfd write only if the frontend
+//! asked for it.
 //!
 //! A thread owns the listening socket and serves one frontend at a time.
 //! When the frontend goes away (or breaks the protocol), its session
