@@ -10,7 +10,7 @@
 //! and the data path: per batch, one lock of the ring, one read of
 //! `avail.idx`, one memcpy per packet between the frontend's buffer and
 //! one of our pool's (taken from and returned to a per-queue cache, no
-//! lock per packet), a store of `used.idx` every [`PUBLISH_EVERY`]
+//! lock per packet), a store of `used.idx` every `PUBLISH_EVERY` (16)
 //! packets and at the end, and a call eventfd write only if the frontend
 //! asked for it.
 //!
