@@ -30,7 +30,10 @@
 //! (DPDK's own pair as much as ours: it follows where the processes and
 //! their hugepages land, not the code), so one run per pairing would make
 //! the ratios a coin toss; the best of a few is the same rule for all
-//! three.
+//! three. Each run's line also gives our pairings against that round's
+//! DPDK pair, which is the reading to trust when rounds land at different
+//! speeds (best-of can then pair a fast run of ours with a slow one of
+//! DPDK's).
 
 use crate::testpmd::{on_path, parse_periods, steady_average, DpdkEnv, TestpmdError, TESTPMD};
 use anyhow::{bail, Context, Result};
@@ -93,8 +96,9 @@ pub fn vhost(opts: &VhostOptions) -> Result<Vec<Pairing>> {
         ];
         let mpps = run.iter().map(|p| format!("{:.2}", p.pps / 1e6));
         println!(
-            "run {round}/{ROUNDS}: {} Mpps",
-            mpps.collect::<Vec<_>>().join(" / ")
+            "run {round}/{ROUNDS}: {} Mpps; against this round's DPDK pair: {}",
+            mpps.collect::<Vec<_>>().join(" / "),
+            round_ratios(&run)
         );
         runs.push(run);
     }
@@ -107,6 +111,20 @@ pub fn vhost(opts: &VhostOptions) -> Result<Vec<Pairing>> {
         .collect();
     print_table(&best, opts);
     Ok(best)
+}
+
+/// Our two pairings against the DPDK pair of the same round: the fairer
+/// reading when rounds land at different speeds.
+fn round_ratios(run: &[Pairing; 3]) -> String {
+    let base = run[0].pps;
+    if base <= 0.0 {
+        return "no DPDK rate".to_string();
+    }
+    format!(
+        "frontend {:.2}x, backend {:.2}x",
+        run[1].pps / base,
+        run[2].pps / base
+    )
 }
 
 fn print_table(rows: &[Pairing], opts: &VhostOptions) {
