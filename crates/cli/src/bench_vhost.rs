@@ -90,9 +90,9 @@ pub fn vhost(opts: &VhostOptions) -> Result<Vec<Pairing>> {
     println!("runs, Mpps: DPDK's pair / nfkit frontend / nfkit backend");
     for round in 1..=ROUNDS {
         let run = [
-            dpdk_pair(opts).context("DPDK's virtio_user <-> net_vhost")?,
-            our_frontend(opts).context("nfkit virtio-user <-> DPDK net_vhost")?,
-            our_backend(opts).context("DPDK virtio_user <-> nfkit vhost-user")?,
+            twice(|| dpdk_pair(opts)).context("DPDK's virtio_user <-> net_vhost")?,
+            twice(|| our_frontend(opts)).context("nfkit virtio-user <-> DPDK net_vhost")?,
+            twice(|| our_backend(opts)).context("DPDK virtio_user <-> nfkit vhost-user")?,
         ];
         let mpps = run.iter().map(|p| format!("{:.2}", p.pps / 1e6));
         println!(
@@ -111,6 +111,15 @@ pub fn vhost(opts: &VhostOptions) -> Result<Vec<Pairing>> {
         .collect();
     print_table(&best, opts);
     Ok(best)
+}
+
+/// Run a pairing; if it fails (a process that did not start in time on
+/// a busy machine, say), print why on one line and run it once more.
+fn twice(run: impl Fn() -> Result<Pairing>) -> Result<Pairing> {
+    run().or_else(|e| {
+        println!("  a run failed ({e:#}); running it again");
+        run()
+    })
 }
 
 /// Our two pairings against the DPDK pair of the same round: the fairer
