@@ -11,9 +11,10 @@ use std::ptr::NonNull;
 /// Size of the hugepages nfkit maps (`MAP_HUGE_2MB`).
 pub const HUGEPAGE_SIZE: usize = 2 << 20;
 
-/// One `mmap`ed range, owned: dropping it unmaps it.
+/// One `mmap`ed range, owned: dropping it unmaps it. Other crates get
+/// one from [`Mapping::file`] (a vhost-user frontend's memory regions).
 #[derive(Debug)]
-pub(crate) struct Mapping {
+pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -73,8 +74,10 @@ impl Mapping {
     }
 
     /// Map `len` bytes of `fd` at `offset`, shared and read-write (a BAR:
-    /// sysfs `resourceN` or a VFIO device region).
-    pub(crate) fn file(fd: BorrowedFd<'_>, len: usize, offset: u64) -> io::Result<Self> {
+    /// sysfs `resourceN` or a VFIO device region; a shared-memory file
+    /// another process passed us). The caller checks that the range lies
+    /// in the file: past its end, accesses fault.
+    pub fn file(fd: BorrowedFd<'_>, len: usize, offset: u64) -> io::Result<Self> {
         if len == 0 {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
@@ -113,11 +116,14 @@ impl Mapping {
         Ok(())
     }
 
-    pub(crate) fn ptr(&self) -> NonNull<u8> {
+    /// First byte of the mapping.
+    pub fn ptr(&self) -> NonNull<u8> {
         self.ptr
     }
 
-    pub(crate) fn len(&self) -> usize {
+    /// Bytes mapped (never 0).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
         self.len
     }
 }

@@ -26,7 +26,7 @@ mod pci;
 pub mod sysfs;
 
 pub use hugepages::{Hugepages, Reservation};
-pub use mapping::HUGEPAGE_SIZE;
+pub use mapping::{Mapping, HUGEPAGE_SIZE};
 pub use memory::HugepageDma;
 pub use pagemap::Pagemap;
 pub use pci::{enable_bus_master, LinuxPci};

@@ -19,8 +19,9 @@
 
 #![allow(unsafe_code)]
 
+use nfkit_hw::linux::Mapping;
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::ptr::NonNull;
 
 /// Most regions a frontend may send (QEMU and DPDK send at most 8).
@@ -65,16 +66,9 @@ struct Mapped {
     host: NonNull<u8>,
     /// `desc.memory_size`, which fits a `usize` (checked when mapped).
     len: usize,
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: `host`/`len` are exactly one mapping made in `map_one`,
-        // owned by this value alone; everything that reads or writes it
-        // holds the `FrontendMemory` (rings hold it through an `Arc`), so
-        // nothing uses it after this.
-        unsafe { libc::munmap(self.host.as_ptr().cast(), self.len) };
-    }
+    /// Owns the mapping (unmapped on drop); everything that reads or
+    /// writes it holds the `FrontendMemory` (rings through an `Arc`).
+    _map: Mapping,
 }
 
 /// The frontend's memory, mapped.
@@ -271,30 +265,14 @@ fn map_one(index: usize, r: &RegionDesc, file: &File) -> Result<Mapped, MemoryEr
         });
     }
     let len = usize::try_from(r.memory_size).map_err(|_| MemoryError::BadRange { index })?;
-    let offset =
-        libc::off_t::try_from(r.mmap_offset).map_err(|_| MemoryError::BadRange { index })?;
-    // SAFETY: a new shared mapping of `len` bytes of the file from
-    // `offset`, which lie inside the file (checked above); the kernel
-    // picks the address, so it aliases nothing of ours. A misaligned
-    // offset makes mmap fail, which is reported.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            offset,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(map_err(std::io::Error::last_os_error().to_string()));
-    }
-    let host = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| map_err("mmap gave NULL".into()))?;
+    // A misaligned offset makes mmap fail, which is reported.
+    let map =
+        Mapping::file(file.as_fd(), len, r.mmap_offset).map_err(|e| map_err(e.to_string()))?;
     Ok(Mapped {
         desc: *r,
-        host,
+        host: map.ptr(),
         len,
+        _map: map,
     })
 }
 
