@@ -8,7 +8,7 @@
 //! | `pcap:FILE[,timing=file][,loop=N]` | replay FILE (pcap or pcapng) on RX; TX discarded (counted) |
 //! | `pcap-out:FILE` | write TX to FILE (pcap, nanosecond timestamps); receives nothing |
 //! | `pcap:rx=IN,tx=OUT[,timing=file][,loop=N]` | both at once |
-//! | `afpacket:IFACE[,queues=N]` | AF_PACKET with PACKET_MMAP rings, N fanout sockets |
+//! | `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2\|3][,block_ms=N]` | AF_PACKET with PACKET_MMAP rings (TPACKET_V2, or V3 RX blocks), N fanout sockets |
 //! | `tap:NAME` | a kernel TAP interface NAME created by nfkit |
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
 //! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
@@ -87,7 +87,25 @@ pub struct AfPacketSpec {
     /// RX ring slots per socket (`ring=SLOTS`; default
     /// `afpacket::DEFAULT_RX_SLOTS`).
     pub ring: Option<usize>,
+    /// The rings' TPACKET version (`tpacket=2|3`, `block_ms=N`).
+    pub tpacket: TpacketVersion,
 }
+
+/// Which TPACKET version a packet socket's rings use (see
+/// `afpacket::ring`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TpacketVersion {
+    /// TPACKET_V2: frames handed over one by one (the default).
+    #[default]
+    V2,
+    /// TPACKET_V3: RX frames handed over in blocks, a partly filled
+    /// block after at most `block_ms` milliseconds.
+    V3 { block_ms: u32 },
+}
+
+/// `block_ms` when `tpacket=3` does not say: the smallest timer the
+/// kernel has.
+pub const DEFAULT_BLOCK_MS: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TapSpec {
@@ -323,11 +341,27 @@ fn parse_afpacket(main: &str, mut o: Options) -> Result<PortSpec, String> {
     check_ifname(main)?;
     let queues = take_queues(&mut o)?;
     let ring = take_ring(&mut o)?;
-    o.finish("queues=N, ring=SLOTS")?;
+    let block_ms = o.take_num::<u32>("block_ms", "milliseconds")?;
+    let tpacket = match (o.take("tpacket").as_deref(), block_ms) {
+        (None | Some("2"), None) => TpacketVersion::V2,
+        (None | Some("2"), Some(_)) => {
+            return Err("block_ms= applies to TPACKET_V3 blocks: add tpacket=3".into())
+        }
+        (Some("3"), ms) => {
+            let block_ms = ms.unwrap_or(DEFAULT_BLOCK_MS);
+            if !(1..=1000).contains(&block_ms) {
+                return Err(format!("block_ms={block_ms} must be between 1 and 1000"));
+            }
+            TpacketVersion::V3 { block_ms }
+        }
+        (Some(v), _) => return Err(format!("tpacket={v}: expected 2 or 3")),
+    };
+    o.finish("queues=N, ring=SLOTS, tpacket=2|3, block_ms=N")?;
     Ok(PortSpec::AfPacket(AfPacketSpec {
         iface: main.to_string(),
         queues,
         ring,
+        tpacket,
     }))
 }
 
@@ -442,6 +476,9 @@ impl fmt::Display for PortSpec {
                 if let Some(n) = a.ring {
                     write!(f, ",ring={n}")?;
                 }
+                if let TpacketVersion::V3 { block_ms } = a.tpacket {
+                    write!(f, ",tpacket=3,block_ms={block_ms}")?;
+                }
                 Ok(())
             }
             PortSpec::Tap(t) => write!(f, "tap:{}", t.name),
@@ -504,6 +541,8 @@ mod tests {
             "afpacket:veth0",
             "afpacket:veth0,queues=4",
             "afpacket:veth0,ring=1024",
+            "afpacket:veth0,tpacket=3,block_ms=1",
+            "afpacket:veth0,queues=2,tpacket=3,block_ms=20",
             "tap:nf0",
             "afxdp:eth1:2",
             "afxdp:eth1:0,queues=2,mode=copy",
@@ -526,6 +565,13 @@ mod tests {
         assert_eq!(p("pcap:in.pcap"), p("pcap:rx=in.pcap"));
         assert_eq!(p("pcap-out:o.pcap"), p("pcap:tx=o.pcap"));
         assert_eq!(p("afxdp:eth0"), p("afxdp:eth0:0"));
+        assert_eq!(p("afpacket:eth0,tpacket=2"), p("afpacket:eth0"));
+        assert_eq!(
+            p("afpacket:eth0,tpacket=3"),
+            p(&format!(
+                "afpacket:eth0,tpacket=3,block_ms={DEFAULT_BLOCK_MS}"
+            ))
+        );
         match p("pcap:x.pcap,loop=0,timing=file") {
             PortSpec::Pcap(s) => {
                 assert_eq!(s.loops, 0);
@@ -557,6 +603,9 @@ mod tests {
         assert!(bad("afxdp:eth0,mode=zc,attach=generic").contains("in the driver"));
         assert!(bad("afxdp:eth0,ring=1000").contains("power of two"));
         assert!(bad("afpacket:eth0,ring=8").contains("between 64 and 8192"));
+        assert!(bad("afpacket:eth0,tpacket=1").contains("expected 2 or 3"));
+        assert!(bad("afpacket:eth0,block_ms=5").contains("add tpacket=3"));
+        assert!(bad("afpacket:eth0,tpacket=3,block_ms=0").contains("between 1 and 1000"));
         assert!(bad("sim:x").contains("device number"));
         assert!(bad("pci:zz").contains("not a PCI address"));
         assert!(bad("tap:a,b=c").contains("no options"));

@@ -36,6 +36,18 @@ fn afpacket_forwards_real_traffic() {
     traffic(&net, Forwarder::start(a, b), true);
 }
 
+/// The same with TPACKET_V3 RX rings (frames handed over in blocks, a
+/// partly filled one after its 1 ms timer).
+#[test]
+fn afpacket_v3_forwards_real_traffic() {
+    require_root!();
+    require_tool!("ping");
+    let net = TwoHosts::new().unwrap();
+    let a = open_spec(&format!("afpacket:{},tpacket=3", net.a.host_end));
+    let b = open_spec(&format!("afpacket:{},queues=2,tpacket=3", net.b.host_end));
+    traffic(&net, Forwarder::start(a, b), true);
+}
+
 /// Two TAP interfaces made by nfkit, each moved into its own namespace
 /// and addressed there: the namespaces' stacks talk through nfkit.
 #[test]
@@ -95,13 +107,25 @@ fn afxdp_forwards_real_traffic() {
 #[test]
 fn pcap_replayed_onto_veth_arrives_frame_by_frame() {
     require_root!();
+    replay_captures_onto_veth("");
+}
+
+/// The same through a TPACKET_V3 (block) RX ring on the capturing end:
+/// every frame of every block is taken, in order.
+#[test]
+fn pcap_replayed_onto_veth_arrives_frame_by_frame_through_v3_blocks() {
+    require_root!();
+    replay_captures_onto_veth(",tpacket=3");
+}
+
+fn replay_captures_onto_veth(capture_options: &str) {
     use common::{frames_of, real_capture};
     use nfkit_port::Batch;
     let veth = nfkit_testkit::Veth::new().unwrap();
     for end in [&veth.a, &veth.b] {
         let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{end}/disable_ipv6"), "1");
     }
-    let mut capture = open_spec(&format!("afpacket:{}", veth.b));
+    let mut capture = open_spec(&format!("afpacket:{}{capture_options}", veth.b));
     let mut checked = 0;
     for name in [
         "TCP_SACK.pcap",
