@@ -12,7 +12,9 @@ use std::ptr::NonNull;
 pub const HUGEPAGE_SIZE: usize = 2 << 20;
 
 /// One `mmap`ed range, owned: dropping it unmaps it. Other crates get
-/// one from [`Mapping::file`] (a vhost-user frontend's memory regions).
+/// one from [`Mapping::file`] (a vhost-user frontend's memory regions,
+/// the rings of packet and XDP sockets) or [`Mapping::anonymous`] (an
+/// AF_XDP UMEM).
 #[derive(Debug)]
 pub struct Mapping {
     ptr: NonNull<u8>,
@@ -51,6 +53,16 @@ impl Mapping {
         Self::anonymous_with(
             len,
             libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+        )
+    }
+
+    /// Private anonymous memory, populated and zeroed (memory this
+    /// process shares with the kernel by registering it, such as an
+    /// AF_XDP UMEM).
+    pub fn anonymous(len: usize) -> io::Result<Self> {
+        Self::anonymous_with(
+            len,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
         )
     }
 

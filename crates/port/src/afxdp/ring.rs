@@ -12,57 +12,12 @@
 //! their address: we only touch a frame's bytes between taking it off the
 //! RX or completion ring and putting it on the fill or TX ring.
 
+use nfkit_hw::linux::Mapping;
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
-
-/// An anonymous shared mapping, unmapped on drop.
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: plain memory owned by this value.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn new(len: usize, fd: Option<BorrowedFd<'_>>, offset: u64) -> io::Result<Mapping> {
-        let (flags, raw) = match fd {
-            Some(f) => (libc::MAP_SHARED | libc::MAP_POPULATE, f.as_raw_fd()),
-            None => (
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-            ),
-        };
-        // SAFETY: a fresh mapping at an address the kernel picks; it
-        // affects no existing memory.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                raw,
-                offset as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { ptr, len })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly this mapping; no borrow of it outlives
-        // the owner.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
 
 /// The packet frames shared with the kernel: `count` frames of
 /// `frame_size` bytes, addressed by byte offset.
@@ -74,13 +29,13 @@ pub struct Umem {
 impl Umem {
     pub fn new(count: usize, frame_size: usize) -> io::Result<Umem> {
         Ok(Umem {
-            map: Mapping::new(count * frame_size, None, 0)?,
+            map: Mapping::anonymous(count * frame_size)?,
             frame_size,
         })
     }
     /// Start address and length, for `XDP_UMEM_REG`.
     pub fn region(&self) -> (u64, u64) {
-        (self.map.ptr.as_ptr() as u64, self.map.len as u64)
+        (self.map.ptr().as_ptr() as u64, self.map.len() as u64)
     }
     pub fn frame_size(&self) -> usize {
         self.frame_size
@@ -88,7 +43,7 @@ impl Umem {
 
     fn in_bounds(&self, addr: u64, len: usize) -> Option<usize> {
         let a = usize::try_from(addr).ok()?;
-        (a.checked_add(len)? <= self.map.len).then_some(a)
+        (a.checked_add(len)? <= self.map.len()).then_some(a)
     }
 
     /// The bytes of a frame we own, or `None` if the kernel handed over
@@ -98,7 +53,7 @@ impl Umem {
         // SAFETY: in bounds; the frame was taken off the RX ring, so the
         // kernel does not write it until we put it back on the fill ring,
         // which needs `&mut self` of the socket holding this borrow.
-        Some(unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(a), len) })
+        Some(unsafe { std::slice::from_raw_parts(self.map.ptr().as_ptr().add(a), len) })
     }
 
     /// Mutable bytes of a frame we own (a free TX frame).
@@ -106,7 +61,7 @@ impl Umem {
         let a = self.in_bounds(addr, len)?;
         // SAFETY: in bounds; the frame is on our free list (not on any
         // ring), so neither the kernel nor another borrow touches it.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(a), len) })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.map.ptr().as_ptr().add(a), len) })
     }
 }
 
@@ -138,11 +93,11 @@ impl<T: Copy> Ring<T> {
         pgoff: u64,
     ) -> io::Result<Ring<T>> {
         let len = off.desc as usize + entries as usize * std::mem::size_of::<T>();
-        let map = Mapping::new(len, Some(fd), pgoff)?;
+        let map = Mapping::file(fd, len, pgoff)?;
         let at = |o: u64| -> NonNull<u8> {
             // SAFETY: the kernel's offsets lie inside the ring it sized for
             // `entries` slots, which is `len` bytes.
-            unsafe { NonNull::new_unchecked(map.ptr.as_ptr().add(o as usize)) }
+            unsafe { NonNull::new_unchecked(map.ptr().as_ptr().add(o as usize)) }
         };
         let ring = Ring {
             producer: at(off.producer).cast(),
