@@ -17,11 +17,19 @@
 //! the frontend's on core 0 (nfkit pins its reflector thread there).
 //!
 //! The rate of a pairing is what testpmd measures, the same way in all
-//! three: its mean receive rate over its statistics periods after the
-//! warm-up (testpmd is the frontend in DPDK's pair and against our
-//! backend, the backend against our frontend; in a ping-pong both sides
-//! see the same rate). The other side's own count is printed beside it
-//! as a check. Ratios are against DPDK's own pair.
+//! three: its mean receive rate over its statistics periods that start
+//! after the warm-up (testpmd is the frontend in DPDK's pair and against
+//! our backend, the backend against our frontend; in a ping-pong both
+//! sides see the same rate). The other side's own count is printed
+//! beside it as a check. Ratios are against DPDK's own pair.
+//!
+//! testpmd is asked for a statistics block every second, but it prints
+//! one every two seconds on a machine whose TSC runs slightly slower than
+//! DPDK's estimate of its frequency (rounded to 10 MHz: this machine's
+//! 2596.1 MHz is taken as 2600 MHz, so one second of sleep falls short of
+//! its period). So the bench never counts blocks as seconds: it notes
+//! when each block appears in testpmd's output and waits until the blocks
+//! after the warm-up cover the measured time, however long they are.
 //!
 //! Each pairing runs [`ROUNDS`] times, interleaved (DPDK, ours as
 //! frontend, ours as backend, DPDK, ...), every run is printed, and the
@@ -35,15 +43,19 @@
 //! speeds (best-of can then pair a fast run of ours with a slow one of
 //! DPDK's).
 
-use crate::testpmd::{on_path, parse_periods, steady_average, DpdkEnv, TestpmdError, TESTPMD};
+use crate::testpmd::{
+    on_path, parse_periods, steady_average, tail, DpdkEnv, TestpmdError, TESTPMD,
+};
 use anyhow::{bail, Context, Result};
 use nfkit_port::null::udp_template;
 use nfkit_port::{Batch, OpenOptions, Port};
+use parking_lot::Mutex;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Frame size of the circulating traffic (testpmd's transmit default).
@@ -55,6 +67,16 @@ const WARMUP: Duration = Duration::from_secs(2);
 const START_LIMIT: Duration = Duration::from_secs(20);
 /// Mbufs per testpmd (its default sizes for hardware rings: 400 MiB).
 const MBUFS: usize = 16384;
+/// The longest gap between two of testpmd's statistics blocks (asked
+/// for every second; every two seconds where DPDK overestimates the TSC
+/// frequency, see the module doc).
+const LONGEST_PERIOD: Duration = Duration::from_secs(2);
+/// How often testpmd's output is read for new statistics blocks.
+const POLL: Duration = Duration::from_millis(20);
+/// A block is noted up to a [`POLL`] (and a file read) after it was
+/// printed, so the span of the blocks may look this much shorter than it
+/// was.
+const SLACK: Duration = Duration::from_millis(100);
 /// Runs of each pairing.
 pub const ROUNDS: usize = 3;
 /// The cores: the backend forwards on one, the frontend on the other.
@@ -80,8 +102,29 @@ pub struct Pairing {
     pub peer_pps: f64,
 }
 
+impl VhostOptions {
+    /// The measured time of each pairing.
+    fn measured(&self) -> Duration {
+        Duration::from_secs(self.seconds)
+    }
+
+    /// How long a pairing may take from its start to the end of its
+    /// measurement: start-up, warm-up, the measured time, and up to two
+    /// statistics periods to round the warm-up and the measurement up to
+    /// whole blocks.
+    fn run_limit(&self) -> Duration {
+        START_LIMIT + WARMUP + self.measured() + 2 * LONGEST_PERIOD + Duration::from_secs(1)
+    }
+}
+
 /// Run the three pairings and print them side by side with the ratios.
 pub fn vhost(opts: &VhostOptions) -> Result<Vec<Pairing>> {
+    if opts.seconds == 0 {
+        bail!("--seconds must be at least 1: the measured time of each pairing");
+    }
+    if opts.burst == 0 {
+        bail!("--burst must be at least 1: the frames that circulate");
+    }
     if !on_path(TESTPMD) {
         bail!(TestpmdError::NotInstalled);
     }
@@ -159,92 +202,148 @@ fn print_table(rows: &[Pairing], opts: &VhostOptions) {
     println!("(target: at least 1.10x DPDK's own pair for both nfkit pairings)");
 }
 
-fn socket(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
+/// This run's socket for a pairing; a file left at that path by an
+/// earlier run is removed first (testpmd's net_vhost fails to bind over
+/// it, and we would take it for the new backend's socket).
+fn socket(tag: &str) -> Result<PathBuf> {
+    let path = std::env::temp_dir().join(format!(
         "nfkit-bench-vhost-{tag}-{}.sock",
         std::process::id()
-    ))
+    ));
+    match fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing the stale socket {}", path.display()))
+        }
+        _ => Ok(path),
+    }
+}
+
+/// testpmd with a `net_vhost` backend listening on `sock`, once the
+/// socket is there.
+fn dpdk_backend(sock: &Path) -> Result<Pmd> {
+    let backend = Pmd::start(
+        "be",
+        BACKEND_CORE,
+        &format!("net_vhost0,iface={}", sock.display()),
+        None,
+    )?;
+    wait_for_socket(sock, &backend)?;
+    Ok(backend)
+}
+
+/// testpmd with a `net_virtio_user` frontend on `sock`, sending the
+/// first burst as it starts forwarding.
+fn dpdk_frontend(sock: &Path, opts: &VhostOptions) -> Result<Pmd> {
+    Pmd::start(
+        "fe",
+        FRONTEND_CORE,
+        &format!("net_virtio_user0,path={},queues=1", sock.display()),
+        Some(opts.burst),
+    )
+}
+
+/// Wait (every [`POLL`], at most `limit`) until `done()`.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() && started.elapsed() < limit {
+        std::thread::sleep(POLL);
+    }
 }
 
 /// DPDK's pair: net_vhost backend, net_virtio_user frontend.
 fn dpdk_pair(opts: &VhostOptions) -> Result<Pairing> {
-    let sock = socket("dpdk");
-    let backend = Pmd::start(
-        "be",
-        BACKEND_CORE,
-        &format!("net_vhost0,iface={}", sock.display()),
-        None,
-    )?;
-    wait_for_socket(&sock, &backend)?;
-    let frontend = Pmd::start(
-        "fe",
-        FRONTEND_CORE,
-        &format!("net_virtio_user0,path={},queues=1", sock.display()),
-        Some(opts.burst),
-    )?;
-    std::thread::sleep(WARMUP + Duration::from_secs(opts.seconds) + Duration::from_millis(1500));
-    let fe = frontend.stop_and_rate()?;
-    let be = backend.stop_and_rate()?;
-    Ok(Pairing {
-        name: "DPDK virtio_user <-> DPDK net_vhost",
-        pps: fe,
-        peer_pps: be,
-    })
+    let sock = socket("dpdk")?;
+    let backend = dpdk_backend(&sock)?;
+    let frontend = dpdk_frontend(&sock, opts)?;
+    let m = opts.measured();
+    wait_until(opts.run_limit(), || {
+        frontend
+            .warm_from_start()
+            .is_some_and(|from| frontend.covers(from, m) && backend.covers(from, m))
+    });
+    let from = frontend.warm_from_start();
+    let fe = frontend.stop_and_rate(from, m);
+    let be = backend.stop_and_rate(from, m);
+    pairing(
+        "DPDK virtio_user <-> DPDK net_vhost",
+        fe.context("testpmd's virtio_user frontend"),
+        be.context("testpmd's net_vhost backend"),
+    )
 }
 
 /// Our virtio-user frontend against DPDK's net_vhost.
 fn our_frontend(opts: &VhostOptions) -> Result<Pairing> {
-    let sock = socket("ourfe");
-    let backend = Pmd::start(
-        "be",
-        BACKEND_CORE,
-        &format!("net_vhost0,iface={}", sock.display()),
-        None,
-    )?;
-    wait_for_socket(&sock, &backend)?;
+    let sock = socket("ourfe")?;
+    let backend = dpdk_backend(&sock)?;
     let port = nfkit_virtio::open_virtio_user(&sock, 1, &OpenOptions::default())?;
     let reflector = Reflector::start(port, opts, true, FRONTEND_CORE)?;
-    reflector.wait_measured(opts);
-    let be = backend.stop_and_rate();
-    let ours = reflector.finish()?;
-    Ok(Pairing {
-        name: "nfkit virtio-user <-> DPDK net_vhost",
-        pps: be?,
-        peer_pps: ours,
-    })
+    // The warm-up starts with the first packet our frontend gets back.
+    let m = opts.measured();
+    wait_until(opts.run_limit(), || {
+        reflector.ended()
+            || reflector.measured()
+                && reflector
+                    .measuring_since()
+                    .is_some_and(|from| backend.covers(from, m))
+    });
+    let be = backend.stop_and_rate(reflector.measuring_since(), m);
+    let ours = reflector.finish();
+    pairing(
+        "nfkit virtio-user <-> DPDK net_vhost",
+        be.context("testpmd's net_vhost backend"),
+        ours.context("nfkit's virtio-user frontend"),
+    )
 }
 
 /// DPDK's virtio_user against our vhost-user backend.
 fn our_backend(opts: &VhostOptions) -> Result<Pairing> {
-    let sock = socket("ourbe");
+    let sock = socket("ourbe")?;
     let port = nfkit_virtio::open_vhost_user(&sock, 1, &OpenOptions::default())?;
-    let frontend = Pmd::start(
-        "fe",
-        FRONTEND_CORE,
-        &format!("net_virtio_user0,path={},queues=1", sock.display()),
-        Some(opts.burst),
-    )?;
+    let frontend = dpdk_frontend(&sock, opts)?;
     // Our backend forwards on the backend core; the rate is read on
     // testpmd's side (the frontend), as in DPDK's pair.
     let reflector = Reflector::start(port, opts, false, BACKEND_CORE)?;
-    reflector.wait_measured(opts);
-    let fe = frontend.stop_and_rate();
-    let ours = reflector.finish()?;
-    let fe = fe?;
+    let m = opts.measured();
+    wait_until(opts.run_limit(), || {
+        reflector.ended()
+            || reflector.measured()
+                && frontend
+                    .warm_from_start()
+                    .is_some_and(|from| frontend.covers(from, m))
+    });
+    let from = frontend.warm_from_start();
+    let fe = frontend.stop_and_rate(from, m);
+    let ours = reflector.finish();
     let _ = fs::remove_file(&sock);
-    Ok(Pairing {
-        name: "DPDK virtio_user <-> nfkit vhost-user",
-        pps: fe,
-        peer_pps: ours,
-    })
+    pairing(
+        "DPDK virtio_user <-> nfkit vhost-user",
+        fe.context("testpmd's virtio_user frontend"),
+        ours.context("nfkit's vhost-user backend"),
+    )
+}
+
+/// A pairing's figures, or what went wrong on either side (both, if
+/// both sides failed: one side's failure often explains the other's).
+fn pairing(name: &'static str, pps: Result<f64>, peer_pps: Result<f64>) -> Result<Pairing> {
+    match (pps, peer_pps) {
+        (Ok(pps), Ok(peer_pps)) => Ok(Pairing {
+            name,
+            pps,
+            peer_pps,
+        }),
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
+        (Err(a), Err(b)) => Err(anyhow::anyhow!("{a:#}\nand {b:#}")),
+    }
 }
 
 /// Sends every received packet back out of the same port, on a thread
 /// pinned to a core, until stopped.
 struct Reflector {
     stop: Arc<AtomicBool>,
+    /// When the warm-up ended and the measurement started.
+    since: Arc<OnceLock<Instant>>,
     measured: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Result<f64>>,
+    thread: JoinHandle<Result<f64>>,
 }
 
 impl Reflector {
@@ -260,8 +359,9 @@ impl Reflector {
     ) -> Result<Reflector> {
         let (seconds, burst) = (Duration::from_secs(opts.seconds), opts.burst);
         let stop = Arc::new(AtomicBool::new(false));
+        let since = Arc::new(OnceLock::new());
         let measured = Arc::new(AtomicBool::new(false));
-        let (halt, done) = (stop.clone(), measured.clone());
+        let (halt, start, done) = (stop.clone(), since.clone(), measured.clone());
         let thread = std::thread::Builder::new()
             .name("vhost-reflect".into())
             .spawn(move || -> Result<f64> {
@@ -300,7 +400,10 @@ impl Reflector {
                         (None, _) if now - started > START_LIMIT => {
                             bail!("no packet came within {START_LIMIT:?}")
                         }
-                        (Some(f), None) if now - f >= WARMUP => from = Some((now, received)),
+                        (Some(f), None) if now - f >= WARMUP => {
+                            from = Some((now, received));
+                            let _ = start.set(now);
+                        }
                         (_, Some((t0, r0))) if rate.is_none() && now - t0 >= seconds => {
                             rate = Some((received - r0) as f64 / (now - t0).as_secs_f64());
                             done.store(true, Ordering::Release);
@@ -311,21 +414,25 @@ impl Reflector {
             })?;
         Ok(Reflector {
             stop,
+            since,
             measured,
             thread,
         })
     }
 
-    /// Wait (bounded) until the measurement is over or the thread ended.
-    fn wait_measured(&self, opts: &VhostOptions) {
-        let limit = START_LIMIT + WARMUP + Duration::from_secs(opts.seconds + 2);
-        let started = Instant::now();
-        while !self.measured.load(Ordering::Acquire)
-            && !self.thread.is_finished()
-            && started.elapsed() < limit
-        {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    /// When the warm-up ended, once it has.
+    fn measuring_since(&self) -> Option<Instant> {
+        self.since.get().copied()
+    }
+
+    /// Whether the measurement is over (the thread goes on reflecting).
+    fn measured(&self) -> bool {
+        self.measured.load(Ordering::Acquire)
+    }
+
+    /// Whether the thread ended (with an error: it only ends when stopped).
+    fn ended(&self) -> bool {
+        self.thread.is_finished()
     }
 
     /// Stop and return the measured rate.
@@ -373,11 +480,26 @@ fn wait_for_socket(sock: &Path, pmd: &Pmd) -> Result<()> {
 }
 
 /// One testpmd process on one vdev, io forwarding, statistics every
-/// second; its main lcore on the other core (it only prints).
+/// second; its main lcore on the other core (it only prints). A thread
+/// reads its output every [`POLL`] and notes when each statistics block
+/// appears.
 struct Pmd {
     child: Option<Child>,
     log: PathBuf,
     prefix: String,
+    blocks: Arc<Mutex<Vec<Block>>>,
+    watching: Arc<AtomicBool>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+/// One of testpmd's statistics blocks as the watcher saw it.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    /// When its header was first seen: the end of its period (testpmd
+    /// reads its counters as it prints).
+    seen: Instant,
+    /// All its ports printed.
+    complete: bool,
 }
 
 impl Pmd {
@@ -401,56 +523,101 @@ impl Pmd {
             .stderr(out)
             .spawn()
             .with_context(|| format!("starting {TESTPMD}"))?;
-        Ok(Pmd {
+        let blocks = Arc::new(Mutex::new(Vec::new()));
+        let watching = Arc::new(AtomicBool::new(true));
+        let (path, seen, on) = (log.clone(), blocks.clone(), watching.clone());
+        let watcher = std::thread::Builder::new()
+            .name("testpmd-watch".into())
+            .spawn(move || watch_blocks(&path, &seen, &on));
+        let mut pmd = Pmd {
             child: Some(child),
             log,
             prefix,
-        })
+            blocks,
+            watching,
+            watcher: None,
+        };
+        // On an error the drop stops testpmd.
+        pmd.watcher = Some(watcher.context("starting the thread that reads testpmd's output")?);
+        Ok(pmd)
     }
 
     fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// SIGINT (SIGKILL after 10 s), then the mean Rx-pps of the
-    /// statistics blocks after the warm-up.
-    fn stop_and_rate(mut self) -> Result<f64> {
+    /// The end of the warm-up when it starts with testpmd's forwarding:
+    /// its first statistics block is printed as forwarding starts (with
+    /// `--tx-first`, right after the first burst is sent).
+    fn warm_from_start(&self) -> Option<Instant> {
+        self.blocks.lock().first().map(|b| b.seen + WARMUP)
+    }
+
+    /// Whether the complete blocks whose periods start at or after
+    /// `from` cover at least `span` so far.
+    fn covers(&self, from: Instant, span: Duration) -> bool {
+        covers(&self.blocks.lock(), from, span)
+    }
+
+    /// SIGINT (SIGKILL after 10 s), then the mean Rx-pps of the blocks
+    /// whose periods start at or after `from` (the end of the warm-up,
+    /// `None` if it never came), provided they cover `span`.
+    fn stop_and_rate(mut self, from: Option<Instant>, span: Duration) -> Result<f64> {
         self.halt();
+        let blocks = std::mem::take(&mut *self.blocks.lock());
         let text = self.log_text();
-        let skip = 1 + WARMUP.as_secs() as usize;
-        let rates = steady_average(&parse_periods(&text), skip);
-        match rates.as_deref() {
+        let shortfall = |why: String| {
+            anyhow::anyhow!(
+                "{why} (testpmd printed {} statistics blocks; it is asked for one \
+                 a second, and gives one every one or two); its last lines:\n{}",
+                blocks.len(),
+                tail(&text, 15)
+            )
+        };
+        let Some(from) = from else {
+            bail!(shortfall(
+                "the pairing never got through its warm-up".into()
+            ));
+        };
+        if !covers(&blocks, from, span) {
+            let after = blocks.iter().filter(|b| b.seen >= from).count();
+            bail!(shortfall(format!(
+                "testpmd's statistics after the warm-up cover less than the \
+                 {span:?} asked ({after} blocks printed after it)"
+            )));
+        }
+        // Only the blocks the watcher timed: any later one is left out.
+        let periods = parse_periods(&text);
+        let timed = &periods[..blocks.len().min(periods.len())];
+        let skip = 1 + blocks.iter().filter(|b| b.seen < from).count();
+        match steady_average(timed, skip).as_deref() {
             Some([r, ..]) => Ok(r.rx_pps),
-            _ => bail!(
-                "testpmd printed no steady statistics; its last lines:\n{}",
-                text.lines()
-                    .rev()
-                    .take(15)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ),
+            _ => bail!(shortfall(
+                "testpmd's blocks after the warm-up have no receive rate".into()
+            )),
         }
     }
 
     fn halt(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status();
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let started = Instant::now();
+            let mut exited = false;
+            while !exited && started.elapsed() < Duration::from_secs(10) {
+                exited = matches!(child.try_wait(), Ok(Some(_)));
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if !exited {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        self.watching.store(false, Ordering::Relaxed);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
     }
 }
 
@@ -459,5 +626,105 @@ impl Drop for Pmd {
         self.halt();
         let _ = fs::remove_file(&self.log);
         let _ = fs::remove_dir_all(Path::new("/var/run/dpdk").join(&self.prefix));
+    }
+}
+
+/// Whether the complete `blocks` whose periods start at or after `from`
+/// cover at least `span`. A block's period runs from the block before it
+/// to itself.
+fn covers(blocks: &[Block], from: Instant, span: Duration) -> bool {
+    let Some(first) = blocks.iter().position(|b| b.seen >= from) else {
+        return false;
+    };
+    let start = blocks[first].seen;
+    blocks[first + 1..]
+        .iter()
+        .rev()
+        .find(|b| b.complete)
+        .is_some_and(|last| last.seen + SLACK >= start + span)
+}
+
+/// Until `on` is cleared: read testpmd's output at `log` every [`POLL`]
+/// and note in `blocks` when each statistics block first appears and
+/// when it is complete.
+fn watch_blocks(log: &Path, blocks: &Mutex<Vec<Block>>, on: &AtomicBool) {
+    while on.load(Ordering::Relaxed) {
+        let text = fs::read(log).unwrap_or_default();
+        let periods = parse_periods(&String::from_utf8_lossy(&text));
+        let ports = periods.first().map_or(0, |p| p.ports.len());
+        let now = Instant::now();
+        let mut seen = blocks.lock();
+        for (i, p) in periods.iter().enumerate() {
+            let complete = ports > 0 && p.ports.len() == ports;
+            match seen.get_mut(i) {
+                Some(b) => b.complete = complete,
+                None => seen.push(Block {
+                    seen: now,
+                    complete,
+                }),
+            }
+        }
+        drop(seen);
+        std::thread::sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks seen at these offsets (seconds) from `t0`, all complete.
+    fn blocks(t0: Instant, at: &[f64]) -> Vec<Block> {
+        at.iter()
+            .map(|&s| Block {
+                seen: t0 + Duration::from_secs_f64(s),
+                complete: true,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn two_second_periods_cover_a_short_measurement() {
+        // testpmd's periods on a machine where DPDK rounds the TSC
+        // frequency up: a block every two seconds.
+        let t0 = Instant::now();
+        let from = t0 + WARMUP;
+        let two = Duration::from_secs(2);
+        assert!(!covers(&blocks(t0, &[0.0, 2.0]), from, two));
+        assert!(covers(&blocks(t0, &[0.0, 2.0, 4.0]), from, two));
+        assert!(!covers(&blocks(t0, &[0.0, 2.0, 4.0]), from, 2 * two));
+        assert!(covers(&blocks(t0, &[0.0, 2.0, 4.0, 6.0]), from, 2 * two));
+        // One-second periods, one second measured.
+        let one = Duration::from_secs(1);
+        assert!(covers(&blocks(t0, &[0.0, 1.0, 2.0, 3.0]), from, one));
+        assert!(!covers(&blocks(t0, &[0.0, 1.0, 2.0]), from, one));
+    }
+
+    #[test]
+    fn a_block_seen_late_by_the_poll_still_counts() {
+        let t0 = Instant::now();
+        let from = t0 + WARMUP;
+        let b = blocks(t0, &[0.0, 2.03, 4.01]);
+        assert!(covers(&b, from, Duration::from_secs(2)));
+        // A block that started before the warm-up ended is not counted.
+        let b = blocks(t0, &[0.0, 1.9, 3.9]);
+        assert!(!covers(&b, from, Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn an_incomplete_last_block_does_not_count() {
+        let t0 = Instant::now();
+        let mut b = blocks(t0, &[0.0, 2.0, 4.0]);
+        b[2].complete = false;
+        assert!(!covers(&b, t0 + WARMUP, Duration::from_secs(2)));
+        assert!(!covers(&[], t0, Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn zero_seconds_or_frames_are_refused() {
+        for (seconds, burst) in [(0, 32), (2, 0)] {
+            let e = vhost(&VhostOptions { seconds, burst }).unwrap_err();
+            assert!(e.to_string().contains("must be at least 1"), "{e}");
+        }
     }
 }

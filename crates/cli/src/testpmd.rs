@@ -460,7 +460,7 @@ pub fn on_path(prog: &str) -> bool {
 }
 
 /// The last `n` lines of `text`, without terminal control sequences.
-fn tail(text: &str, n: usize) -> String {
+pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..]
         .iter()
