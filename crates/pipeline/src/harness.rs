@@ -106,7 +106,15 @@ impl Harness {
                 init(i, &mut p, &attrs);
                 let _ = batch.push(p);
             }
-            let mut ctx = Ctx::new(&mut outs, &attrs, &self.counters, self.now_ns, self.worker);
+            let mut trash = Batch::new();
+            let mut ctx = Ctx::new(
+                &mut outs,
+                &mut trash,
+                &attrs,
+                &self.counters,
+                self.now_ns,
+                self.worker,
+            );
             module.process(&mut ctx, igate, &mut batch);
             self.counters.dropped.add(batch.len() as u64);
             collect(&mut outs, &mut result);
@@ -134,7 +142,15 @@ impl Harness {
     ) -> Vec<Batch> {
         let attrs = Harness::attrs(module);
         let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
-        let mut ctx = Ctx::new(&mut outs, &attrs, &self.counters, self.now_ns, self.worker);
+        let mut trash = Batch::new();
+        let mut ctx = Ctx::new(
+            &mut outs,
+            &mut trash,
+            &attrs,
+            &self.counters,
+            self.now_ns,
+            self.worker,
+        );
         module.process(&mut ctx, igate, &mut batch);
         self.counters.dropped.add(batch.len() as u64);
         outs
@@ -145,7 +161,15 @@ impl Harness {
         let attrs = Harness::attrs(module);
         let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
         let mut result: GateOutput = vec![Vec::new(); outs.len()];
-        let mut ctx = Ctx::new(&mut outs, &attrs, &self.counters, self.now_ns, self.worker);
+        let mut trash = Batch::new();
+        let mut ctx = Ctx::new(
+            &mut outs,
+            &mut trash,
+            &attrs,
+            &self.counters,
+            self.now_ns,
+            self.worker,
+        );
         module.run_task(&mut ctx);
         collect(&mut outs, &mut result);
         result

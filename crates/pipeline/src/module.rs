@@ -61,6 +61,9 @@ pub trait Module: Send {
 /// its counters and the time.
 pub struct Ctx<'a> {
     pub(crate) outs: &'a mut [Batch],
+    /// Packets dropped during this call, freed together by whoever runs
+    /// the module (one pool lock per run of them, not one per packet).
+    pub(crate) trash: &'a mut Batch,
     pub(crate) attrs: &'a [Attr],
     pub(crate) counters: &'a ModuleCounters,
     pub(crate) now_ns: u64,
@@ -69,8 +72,11 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     /// A context over the given parts (for harnesses and custom runners).
+    /// Packets the module drops collect in `trash`; the caller clears it
+    /// (`Batch::clear` frees them in runs).
     pub fn new(
         outs: &'a mut [Batch],
+        trash: &'a mut Batch,
         attrs: &'a [Attr],
         counters: &'a ModuleCounters,
         now_ns: u64,
@@ -78,6 +84,7 @@ impl<'a> Ctx<'a> {
     ) -> Ctx<'a> {
         Ctx {
             outs,
+            trash,
             attrs,
             counters,
             now_ns,
@@ -91,14 +98,11 @@ impl<'a> Ctx<'a> {
     pub fn emit(&mut self, gate: usize, pkt: PktBuf) {
         match self.outs.get_mut(gate) {
             Some(out) => {
-                if out.push(pkt).is_some() {
-                    self.counters.dropped.add(1);
+                if let Some(pkt) = out.push(pkt) {
+                    self.drop_packet(pkt);
                 }
             }
-            None => {
-                drop(pkt);
-                self.counters.dropped.add(1);
-            }
+            None => self.drop_packet(pkt),
         }
     }
 
@@ -115,7 +119,11 @@ impl<'a> Ctx<'a> {
             }
             None => {
                 self.counters.dropped.add(batch.len() as u64);
-                batch.clear();
+                if self.trash.is_empty() {
+                    std::mem::swap(self.trash, batch);
+                } else {
+                    batch.clear();
+                }
             }
         }
     }
@@ -131,7 +139,10 @@ impl<'a> Ctx<'a> {
     /// Drop a packet, counted as the module's drop.
     #[inline]
     pub fn drop_packet(&mut self, pkt: PktBuf) {
-        drop(pkt);
+        if let Some(pkt) = self.trash.push(pkt) {
+            self.trash.clear();
+            let _ = self.trash.push(pkt);
+        }
         self.counters.dropped.add(1);
     }
 

@@ -70,6 +70,8 @@ impl Slot {
 pub(crate) struct Runtime {
     pub slots: Vec<Option<Slot>>,
     spare: Vec<Batch>,
+    /// What the running module dropped; freed in runs after each call.
+    trash: Batch,
     worker: usize,
 }
 
@@ -78,6 +80,7 @@ impl Runtime {
         Runtime {
             slots: (0..modules).map(|_| None).collect(),
             spare: (0..MAX_DEPTH).map(|_| Batch::new()).collect(),
+            trash: Batch::new(),
             worker: 0,
         }
     }
@@ -93,8 +96,16 @@ impl Runtime {
         let Some(slot) = self.slots.get_mut(task).and_then(|s| s.as_mut()) else {
             return (0, 0);
         };
-        let mut ctx = Ctx::new(&mut slot.outs, &slot.attrs, &slot.counters, now, worker);
+        let mut ctx = Ctx::new(
+            &mut slot.outs,
+            &mut self.trash,
+            &slot.attrs,
+            &slot.counters,
+            now,
+            worker,
+        );
         slot.module.run_task(&mut ctx);
+        self.trash.clear();
         self.flush(task, now)
     }
 
@@ -104,8 +115,16 @@ impl Runtime {
             batch.clear();
             return;
         };
-        let mut ctx = Ctx::new(&mut slot.outs, &slot.attrs, &slot.counters, now, worker);
+        let mut ctx = Ctx::new(
+            &mut slot.outs,
+            &mut self.trash,
+            &slot.attrs,
+            &slot.counters,
+            now,
+            worker,
+        );
         slot.module.process(&mut ctx, igate, batch);
+        self.trash.clear();
         if !batch.is_empty() {
             slot.counters.dropped.add(batch.len() as u64);
             batch.clear();
