@@ -166,10 +166,12 @@ enum BenchCmd {
         /// Measured seconds per side and case (after 1 s of warm-up).
         #[arg(long, default_value_t = 3)]
         seconds: u64,
-        /// Frames sent out of each veth end at start (testpmd --burst).
-        #[arg(long, default_value_t = 32)]
+        /// Frames sent out of each veth end at start (testpmd --burst,
+        /// which takes 1 to 512).
+        #[arg(long, default_value_t = 32, value_parser = parse_burst)]
         burst: usize,
-        /// Only these cases (default: all).
+        /// Only these cases (default: af-xdp, af-packet and null, the
+        /// ones with targets; af-packet-v3 is on request).
         #[arg(long = "case", value_enum)]
         cases: Vec<nfkit::bench_ports::Case>,
     },
@@ -295,4 +297,13 @@ fn main() -> Result<()> {
         ),
     }
     Ok(())
+}
+
+/// `--burst` of `bench ports`: testpmd refuses bursts outside 1..=512.
+fn parse_burst(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=512).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} frames: testpmd takes bursts of 1 to 512")),
+        Err(e) => Err(e.to_string()),
+    }
 }
