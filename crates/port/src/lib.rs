@@ -35,6 +35,7 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod agent;
 pub mod fwd;
+pub mod netdev;
 pub mod null;
 pub mod open;
 pub mod pcap;

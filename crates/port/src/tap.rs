@@ -10,7 +10,7 @@
 
 use crate::open::{software_pool, OpenOptions};
 use crate::spec::TapSpec;
-use crate::{sys, Batch, Mempool, Port, PortError, QueueStats};
+use crate::{netdev, sys, Batch, LinkStatus, Mempool, Port, PortError, QueueStats};
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsFd;
@@ -156,8 +156,23 @@ impl Port for TapPort {
         self.stats
     }
 
+    /// The interface's state while it is in this network namespace. Once
+    /// moved to another (as tests and containers do) sysfs here cannot
+    /// see it; the link is then reported up, as it is from our side: the
+    /// carrier stays on while nfkit holds the TAP open.
+    fn link(&self) -> LinkStatus {
+        if std::path::Path::new(&format!("/sys/class/net/{}", self.ifname)).exists() {
+            netdev::link_status(&self.ifname)
+        } else {
+            LinkStatus {
+                up: true,
+                speed_mbps: None,
+            }
+        }
+    }
+
     fn mac(&self) -> [u8; 6] {
-        read_mac(&self.ifname).unwrap_or([0x02, 0, 0, 0, 0x7a, 0x01])
+        netdev::read_mac(&self.ifname).unwrap_or([0x02, 0, 0, 0, 0x7a, 0x01])
     }
 
     fn pool(&self) -> &Mempool {
@@ -167,15 +182,4 @@ impl Port for TapPort {
     fn take_error(&mut self) -> Option<PortError> {
         self.error.take()
     }
-}
-
-/// The MAC address of an interface, from sysfs.
-pub fn read_mac(ifname: &str) -> Option<[u8; 6]> {
-    let s = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).ok()?;
-    let mut mac = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for m in mac.iter_mut() {
-        *m = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    Some(mac)
 }

@@ -318,3 +318,33 @@ fn tap_name_taken_by_another_interface_is_a_clear_error() {
         .to_string();
     assert!(e.contains(&spec) && e.contains("pick another name"), "{e}");
 }
+
+/// Kernel ports report the interface's link: up with the veth's speed,
+/// down once the peer goes down (no carrier), up again after.
+#[test]
+fn kernel_ports_follow_the_link_state() {
+    require_root!();
+    use nfkit_testkit::{ip, wait_for};
+    use std::time::Duration;
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    let ports = [
+        open_spec(&format!("afpacket:{}", veth.a)),
+        open_spec(&format!("afxdp:{},mode=copy", veth.a)),
+    ];
+    let all = |up: bool| ports.iter().all(|p| p.link().up == up);
+    assert!(
+        wait_for(Duration::from_secs(5), || all(true)),
+        "not up at start"
+    );
+    assert!(ports.iter().all(|p| p.link().speed_mbps.is_some()));
+    ip(&["link", "set", &veth.b, "down"]).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || all(false)),
+        "still up with the peer down"
+    );
+    ip(&["link", "set", &veth.b, "up"]).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || all(true)),
+        "not up again"
+    );
+}

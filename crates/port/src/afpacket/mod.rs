@@ -110,7 +110,7 @@ impl AfPacketPort {
             ifname: spec.iface.clone(),
             queues,
             pool,
-            mac: crate::tap::read_mac(&spec.iface).unwrap_or([0; 6]),
+            mac: crate::netdev::read_mac(&spec.iface).unwrap_or([0; 6]),
             mtu,
             warned_oversize: false,
             warned_tx_len: false,
@@ -378,6 +378,10 @@ impl Port for AfPacketPort {
         let mut s = q.stats;
         s.rx_dropped += q.kernel_drops.get();
         s
+    }
+
+    fn link(&self) -> crate::LinkStatus {
+        crate::netdev::link_status(&self.ifname)
     }
 
     fn mac(&self) -> [u8; 6] {

@@ -165,7 +165,7 @@ impl AfXdpPort {
             ifname: spec.iface.clone(),
             queues,
             pool: software_pool(name, opts.pool_buffers)?,
-            mac: crate::tap::read_mac(&spec.iface).unwrap_or([0; 6]),
+            mac: crate::netdev::read_mac(&spec.iface).unwrap_or([0; 6]),
             zero_copy,
             native,
             error: None,
@@ -588,6 +588,10 @@ impl Port for AfXdpPort {
             s.tx_errors += k.tx_invalid_descs;
         }
         s
+    }
+
+    fn link(&self) -> crate::LinkStatus {
+        crate::netdev::link_status(&self.ifname)
     }
 
     fn mac(&self) -> [u8; 6] {
