@@ -107,19 +107,23 @@ impl Harness {
                 let _ = batch.push(p);
             }
             let mut trash = Batch::new();
-            let mut ctx = Ctx::new(
-                &mut outs,
-                &mut trash,
-                &attrs,
-                &self.counters,
-                self.now_ns,
-                self.worker,
-            );
+            let mut ctx = self.ctx(&mut outs, &mut trash, &attrs);
             module.process(&mut ctx, igate, &mut batch);
             self.counters.dropped.add(batch.len() as u64);
             collect(&mut outs, &mut result);
         }
         result
+    }
+
+    /// The context a module sees here: its outputs, a trash batch for
+    /// its drops, its attributes, the harness's counters and clock.
+    fn ctx<'a>(
+        &'a self,
+        outs: &'a mut [Batch],
+        trash: &'a mut Batch,
+        attrs: &'a [Attr],
+    ) -> Ctx<'a> {
+        Ctx::new(outs, trash, attrs, &self.counters, self.now_ns, self.worker)
     }
 
     /// Feed `packets` to input gate `igate`.
@@ -143,14 +147,7 @@ impl Harness {
         let attrs = Harness::attrs(module);
         let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
         let mut trash = Batch::new();
-        let mut ctx = Ctx::new(
-            &mut outs,
-            &mut trash,
-            &attrs,
-            &self.counters,
-            self.now_ns,
-            self.worker,
-        );
+        let mut ctx = self.ctx(&mut outs, &mut trash, &attrs);
         module.process(&mut ctx, igate, &mut batch);
         self.counters.dropped.add(batch.len() as u64);
         outs
@@ -162,14 +159,7 @@ impl Harness {
         let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
         let mut result: GateOutput = vec![Vec::new(); outs.len()];
         let mut trash = Batch::new();
-        let mut ctx = Ctx::new(
-            &mut outs,
-            &mut trash,
-            &attrs,
-            &self.counters,
-            self.now_ns,
-            self.worker,
-        );
+        let mut ctx = self.ctx(&mut outs, &mut trash, &attrs);
         module.run_task(&mut ctx);
         collect(&mut outs, &mut result);
         result

@@ -92,28 +92,29 @@ impl Runtime {
     /// Run the task of module `task` and push what it produced through
     /// the graph. Returns (packets, bits) the task produced.
     pub fn run_task(&mut self, task: usize, now: u64) -> (u64, u64) {
-        let worker = self.worker;
-        let Some(slot) = self.slots.get_mut(task).and_then(|s| s.as_mut()) else {
+        if !self.call(task, now, |module, ctx| module.run_task(ctx)) {
             return (0, 0);
-        };
-        let mut ctx = Ctx::new(
-            &mut slot.outs,
-            &mut self.trash,
-            &slot.attrs,
-            &slot.counters,
-            now,
-            worker,
-        );
-        slot.module.run_task(&mut ctx);
-        self.trash.clear();
+        }
         self.flush(task, now)
     }
 
     fn process(&mut self, m: usize, igate: usize, batch: &mut Batch, now: u64) {
-        let worker = self.worker;
+        let called = self.call(m, now, |module, ctx| {
+            module.process(ctx, igate, batch);
+            // What the module neither passed on nor released: its drops.
+            ctx.count_dropped(batch.len() as u64);
+        });
+        batch.clear();
+        if called {
+            self.flush(m, now);
+        }
+    }
+
+    /// Call `f` with module `m` and its context, then free what it
+    /// dropped. False (and no call) if this worker does not run `m`.
+    fn call(&mut self, m: usize, now: u64, f: impl FnOnce(&mut dyn Module, &mut Ctx<'_>)) -> bool {
         let Some(slot) = self.slots.get_mut(m).and_then(|s| s.as_mut()) else {
-            batch.clear();
-            return;
+            return false;
         };
         let mut ctx = Ctx::new(
             &mut slot.outs,
@@ -121,15 +122,11 @@ impl Runtime {
             &slot.attrs,
             &slot.counters,
             now,
-            worker,
+            self.worker,
         );
-        slot.module.process(&mut ctx, igate, batch);
+        f(&mut *slot.module, &mut ctx);
         self.trash.clear();
-        if !batch.is_empty() {
-            slot.counters.dropped.add(batch.len() as u64);
-            batch.clear();
-        }
-        self.flush(m, now);
+        true
     }
 
     /// Hand every non-empty output batch of `m` to the module behind it.
