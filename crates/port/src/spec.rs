@@ -9,7 +9,7 @@
 //! | `pcap-out:FILE` | write TX to FILE (pcap, nanosecond timestamps); receives nothing |
 //! | `pcap:rx=IN,tx=OUT[,timing=file][,loop=N]` | both at once |
 //! | `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2\|3][,block_ms=N]` | AF_PACKET with PACKET_MMAP rings (TPACKET_V2, or V3 RX blocks), N fanout sockets |
-//! | `tap:NAME` | a kernel TAP interface NAME created by nfkit |
+//! | `tap:NAME[,queues=N]` | a kernel TAP interface NAME created by nfkit (N queues: `IFF_MULTI_QUEUE`) |
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
 //! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
 //! | `pci:ADDR` | an 82599 or a VirtIO-net device at PCI address ADDR (opened by the CLI's registry) |
@@ -110,6 +110,8 @@ pub const DEFAULT_BLOCK_MS: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TapSpec {
     pub name: String,
+    /// Queues (`IFF_MULTI_QUEUE`, one file descriptor each) when above 1.
+    pub queues: usize,
 }
 
 /// AF_XDP bind mode.
@@ -365,11 +367,13 @@ fn parse_afpacket(main: &str, mut o: Options) -> Result<PortSpec, String> {
     }))
 }
 
-fn parse_tap(main: &str, o: Options) -> Result<PortSpec, String> {
+fn parse_tap(main: &str, mut o: Options) -> Result<PortSpec, String> {
     check_ifname(main)?;
-    o.finish("no options")?;
+    let queues = take_queues(&mut o)?;
+    o.finish("queues=N")?;
     Ok(PortSpec::Tap(TapSpec {
         name: main.to_string(),
+        queues,
     }))
 }
 
@@ -481,7 +485,13 @@ impl fmt::Display for PortSpec {
                 }
                 Ok(())
             }
-            PortSpec::Tap(t) => write!(f, "tap:{}", t.name),
+            PortSpec::Tap(t) => {
+                write!(f, "tap:{}", t.name)?;
+                if t.queues != 1 {
+                    write!(f, ",queues={}", t.queues)?;
+                }
+                Ok(())
+            }
             PortSpec::AfXdp(x) => {
                 write!(f, "afxdp:{}:{}", x.iface, x.queue)?;
                 if x.queues != 1 {
@@ -544,6 +554,7 @@ mod tests {
             "afpacket:veth0,tpacket=3,block_ms=1",
             "afpacket:veth0,queues=2,tpacket=3,block_ms=20",
             "tap:nf0",
+            "tap:nf0,queues=4",
             "afxdp:eth1:2",
             "afxdp:eth1:0,queues=2,mode=copy",
             "afxdp:eth1:0,mode=copy,attach=generic,ring=256",
@@ -608,7 +619,7 @@ mod tests {
         assert!(bad("afpacket:eth0,tpacket=3,block_ms=0").contains("between 1 and 1000"));
         assert!(bad("sim:x").contains("device number"));
         assert!(bad("pci:zz").contains("not a PCI address"));
-        assert!(bad("tap:a,b=c").contains("no options"));
+        assert!(bad("tap:a,b=c").contains("takes queues=N"));
         assert!(bad("tap:a/b").contains("not a valid"));
         assert!(bad("vhost-user:").contains("missing socket path"));
         assert!(bad("virtio-user:,queues=2").contains("missing socket path"));

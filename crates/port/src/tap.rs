@@ -1,8 +1,13 @@
-//! `tap:NAME`: a kernel TAP interface created by nfkit (`/dev/net/tun`,
-//! `TUNSETIFF` with `IFF_TAP | IFF_NO_PI`), so the host stack and
-//! unmodified applications send and receive through nfkit: what the
-//! kernel sends out of NAME arrives on this port's RX, what this port
-//! sends appears as received on NAME.
+//! `tap:NAME[,queues=N]`: a kernel TAP interface created by nfkit
+//! (`/dev/net/tun`, `TUNSETIFF` with `IFF_TAP | IFF_NO_PI`), so the host
+//! stack and unmodified applications send and receive through nfkit:
+//! what the kernel sends out of NAME arrives on this port's RX, what this
+//! port sends appears as received on NAME.
+//!
+//! With `queues=N` the interface is made with `IFF_MULTI_QUEUE` and the
+//! port holds one file descriptor per queue: the kernel spreads the flows
+//! it sends over them (by flow hash), and what a queue's descriptor
+//! writes is received on that queue.
 //!
 //! The interface exists while the port is open and starts down; bring it
 //! up (and address it, move it to a namespace...) with `ip link`. One
@@ -16,12 +21,19 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 
+/// `IFF_MULTI_QUEUE` (linux/if_tun.h).
+const IFF_MULTI_QUEUE: libc::c_int = 0x0100;
+
+struct TapQueue {
+    file: File,
+    stats: QueueStats,
+}
+
 pub struct TapPort {
     name: String,
     ifname: String,
-    file: File,
+    queues: Vec<TapQueue>,
     pool: Mempool,
-    stats: QueueStats,
     error: Option<PortError>,
     warned_tx: bool,
     warned_rx: bool,
@@ -29,38 +41,26 @@ pub struct TapPort {
 
 impl TapPort {
     pub fn open(name: &str, spec: &TapSpec, opts: &OpenOptions) -> Result<TapPort, PortError> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open("/dev/net/tun")
-            .map_err(|e| {
-                let fix = match e.kind() {
-                    ErrorKind::NotFound => {
-                        ": the kernel has no TUN/TAP support (load the `tun` module)"
-                    }
-                    ErrorKind::PermissionDenied => ": run as root or with CAP_NET_ADMIN",
-                    _ => "",
-                };
-                PortError::os(name, format!("cannot open /dev/net/tun{fix}"), e)
-            })?;
-        let flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
-        let ifname = sys::tun_set_iff(file.as_fd(), &spec.name, flags).map_err(|e| {
-            let fix = if sys::is_permission(&e) {
-                ": creating a TAP interface needs root or CAP_NET_ADMIN"
-            } else if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EINVAL) {
-                ": an interface of that name exists and is not a free TAP; pick another name or delete it (`ip link del NAME`)"
-            } else {
-                ""
-            };
-            PortError::os(name, format!("cannot create TAP interface `{}`{fix}", spec.name), e)
-        })?;
+        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI;
+        if spec.queues > 1 {
+            flags |= IFF_MULTI_QUEUE;
+        }
+        let mut ifname = spec.name.clone();
+        let mut queues = Vec::with_capacity(spec.queues);
+        for _ in 0..spec.queues {
+            let (file, got) = open_queue(name, &ifname, flags as libc::c_short)?;
+            // Every queue names the interface the first one got.
+            ifname = got;
+            queues.push(TapQueue {
+                file,
+                stats: QueueStats::default(),
+            });
+        }
         Ok(TapPort {
             name: name.to_string(),
             ifname,
-            file,
+            queues,
             pool: software_pool(name, opts.pool_buffers)?,
-            stats: QueueStats::default(),
             error: None,
             warned_tx: false,
             warned_rx: false,
@@ -73,12 +73,52 @@ impl TapPort {
     }
 }
 
+/// One descriptor of the TAP interface `ifname` (made by the first).
+fn open_queue(port: &str, ifname: &str, flags: libc::c_short) -> Result<(File, String), PortError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/net/tun")
+        .map_err(|e| {
+            let fix = match e.kind() {
+                ErrorKind::NotFound => {
+                    ": the kernel has no TUN/TAP support (load the `tun` module)"
+                }
+                ErrorKind::PermissionDenied => ": run as root or with CAP_NET_ADMIN",
+                _ => "",
+            };
+            PortError::os(port, format!("cannot open /dev/net/tun{fix}"), e)
+        })?;
+    let got = sys::tun_set_iff(file.as_fd(), ifname, flags).map_err(|e| {
+        let fix = if sys::is_permission(&e) {
+            ": creating a TAP interface needs root or CAP_NET_ADMIN"
+        } else if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EINVAL) {
+            ": an interface of that name exists and is not a free TAP of this kind (queues= must match how it was made); pick another name or delete it (`ip link del NAME`)"
+        } else {
+            ""
+        };
+        PortError::os(port, format!("cannot create TAP interface `{ifname}`{fix}"), e)
+    })?;
+    Ok((file, got))
+}
+
 impl Port for TapPort {
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn rx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
+    fn rx_queues(&self) -> usize {
+        self.queues.len()
+    }
+    fn tx_queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        let Some(q) = self.queues.get_mut(queue) else {
+            return 0;
+        };
         let mut n = 0;
         while !batch.is_full() {
             let Some(mut b) = self.pool.alloc() else {
@@ -88,10 +128,10 @@ impl Port for TapPort {
             };
             let room = b.len() + b.tailroom();
             let _ = b.set_len(room);
-            match self.file.read(b.data_mut()) {
+            match q.file.read(b.data_mut()) {
                 Ok(len) if len >= room => {
                     // The frame filled the buffer: it was cut short.
-                    self.stats.rx_errors += 1;
+                    q.stats.rx_errors += 1;
                     if !self.warned_rx {
                         self.warned_rx = true;
                         tracing::warn!(
@@ -103,7 +143,7 @@ impl Port for TapPort {
                 }
                 Ok(len) => {
                     let _ = b.set_len(len);
-                    self.stats.rx_bytes += len as u64;
+                    q.stats.rx_bytes += len as u64;
                     batch.push(b);
                     n += 1;
                 }
@@ -113,7 +153,7 @@ impl Port for TapPort {
                     break
                 }
                 Err(e) => {
-                    self.stats.rx_errors += 1;
+                    q.stats.rx_errors += 1;
                     self.error = Some(PortError::os(
                         &self.name,
                         "reading from the TAP interface",
@@ -123,23 +163,26 @@ impl Port for TapPort {
                 }
             }
         }
-        self.stats.rx_packets += n as u64;
+        q.stats.rx_packets += n as u64;
         n
     }
 
-    fn tx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
+    fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        let Some(q) = self.queues.get_mut(queue) else {
+            return 0;
+        };
         let mut sent = 0;
         for b in batch.iter() {
-            match self.file.write(b.data()) {
+            match q.file.write(b.data()) {
                 Ok(_) => {
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += b.len() as u64;
+                    q.stats.tx_packets += 1;
+                    q.stats.tx_bytes += b.len() as u64;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => {
                     // The kernel refused this frame (interface down, bad
                     // frame): it is gone, counted as an error.
-                    self.stats.tx_errors += 1;
+                    q.stats.tx_errors += 1;
                     if !self.warned_tx {
                         self.warned_tx = true;
                         tracing::warn!(port = %self.name, "TAP write failed: {e} (is `{}` up?)", self.ifname);
@@ -152,8 +195,8 @@ impl Port for TapPort {
         sent
     }
 
-    fn queue_stats(&self, _queue: usize) -> QueueStats {
-        self.stats
+    fn queue_stats(&self, queue: usize) -> QueueStats {
+        self.queues.get(queue).map(|q| q.stats).unwrap_or_default()
     }
 
     /// The interface's state while it is in this network namespace. Once

@@ -49,7 +49,8 @@ fn afpacket_v3_forwards_real_traffic() {
 }
 
 /// Two TAP interfaces made by nfkit, each moved into its own namespace
-/// and addressed there: the namespaces' stacks talk through nfkit.
+/// and addressed there: the namespaces' stacks talk through nfkit. One
+/// of them has two queues.
 #[test]
 fn tap_carries_the_host_stack() {
     require_root!();
@@ -58,7 +59,10 @@ fn tap_carries_the_host_stack() {
     let (na, nb) = (Netns::new().unwrap(), Netns::new().unwrap());
     let (ta, tb) = (unique_name("t"), unique_name("t"));
     let a = open_spec(&format!("tap:{ta}"));
-    let b = open_spec(&format!("tap:{tb}"));
+    // b has two queues (IFF_MULTI_QUEUE): the kernel spreads its flows
+    // over them.
+    let b = open_spec(&format!("tap:{tb},queues=2"));
+    assert_eq!((b.rx_queues(), b.tx_queues()), (2, 2));
     for (tap, ns, ip) in [(&ta, &na, "10.97.0.1/24"), (&tb, &nb, "10.97.0.2/24")] {
         nfkit_testkit::ip(&["link", "set", tap, "netns", ns.name()]).unwrap();
         ns.run(&["ip", "addr", "add", ip, "dev", tap]).unwrap();
@@ -347,4 +351,47 @@ fn kernel_ports_follow_the_link_state() {
         wait_for(Duration::from_secs(5), || all(true)),
         "not up again"
     );
+}
+
+/// Each queue of a multi-queue TAP sends: a frame written on queue q is
+/// received by the interface (seen by a packet socket on it), and the
+/// TAP's link follows the interface's state in this namespace.
+#[test]
+fn every_tap_queue_sends_into_the_kernel() {
+    require_root!();
+    use nfkit_port::Batch;
+    use nfkit_testkit::{ip, unique_name, wait_for};
+    use std::time::Duration;
+    let name = unique_name("t");
+    let mut tap = open_spec(&format!("tap:{name},queues=3"));
+    assert!(!tap.link().up, "a new TAP starts down");
+    let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
+    ip(&["link", "set", &name, "up"]).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || tap.link().up));
+    let mut capture = open_spec(&format!("afpacket:{name}"));
+    let frame = |q: u8| {
+        let mut f = vec![0xffu8; 6];
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0x7a, q]);
+        f.extend_from_slice(&[0x88, 0xb5]); // local experimental EtherType
+        f.resize(60, q);
+        f
+    };
+    for q in 0..3u8 {
+        let mut b = tap.pool().alloc().unwrap();
+        b.copy_from(&frame(q)).unwrap();
+        let mut batch = Batch::new();
+        let _ = batch.push(b);
+        assert_eq!(tap.tx_batch(q as usize, &mut batch), 1, "queue {q}");
+    }
+    let mut got = Vec::new();
+    let mut rx = Batch::new();
+    wait_for(Duration::from_secs(5), || {
+        capture.rx_batch(0, &mut rx);
+        got.extend(rx.drain().map(|p| p.data().to_vec()));
+        (0..3).all(|q| got.contains(&frame(q)))
+    });
+    for q in 0..3u8 {
+        assert!(got.contains(&frame(q)), "queue {q}'s frame never arrived");
+        assert_eq!(tap.queue_stats(q as usize).tx_packets, 1);
+    }
 }
