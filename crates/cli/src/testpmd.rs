@@ -581,6 +581,42 @@ pub fn parse_periods(text: &str) -> Vec<Period> {
     periods
 }
 
+/// Where testpmd's packets went, from its output: each port's totals in
+/// the last statistics block (what the port received and sent) and the
+/// forward statistics printed at exit (what forwarding took and sent).
+/// Told apart, they show e.g. frames a port received before forwarding
+/// started. Empty if the output has neither.
+pub fn packet_counts(text: &str) -> String {
+    let counter = |l: &&str| {
+        let l = l.trim_start();
+        l.starts_with("RX-packets:") || l.starts_with("TX-packets:")
+    };
+    let squeeze = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
+    let last_block = text
+        .rsplit(STATS_HEADER)
+        .next()
+        .filter(|_| text.contains(STATS_HEADER));
+    if let Some(block) = last_block {
+        let block = block.split("Telling cores to stop").next().unwrap_or(block);
+        for l in block.lines() {
+            if let Some(rest) = l.split("NIC statistics for port").nth(1) {
+                let port = rest.split_whitespace().next().unwrap_or("?");
+                out.push(format!("port {port} in all (last statistics block):"));
+            } else if counter(&l) {
+                out.push(format!("  {}", squeeze(l)));
+            }
+        }
+    }
+    for section in text.split("Forward statistics for port").skip(1) {
+        let port = section.split_whitespace().next().unwrap_or("?");
+        out.push(format!("port {port} forwarded (at exit):"));
+        let lines = section.lines().skip(1).take_while(|l| !l.contains("-----"));
+        out.extend(lines.filter(counter).map(|l| format!("  {}", squeeze(l))));
+    }
+    out.join("\n")
+}
+
 /// testpmd's `CPU cycles/packet=24.19 (...)` line (`--record-core-cycles`,
 /// printed with the totals at exit).
 pub fn parse_own_cycles(text: &str) -> Option<f64> {
@@ -782,6 +818,20 @@ Bye...
         if std::path::Path::new("/proc/thread-self/schedstat").exists() {
             assert!(current_thread_cpu_time().is_some());
         }
+    }
+
+    #[test]
+    fn packet_counts_give_port_totals_and_forwarded() {
+        // The sample's last block is shortened to its rates: leave it out.
+        let last = SAMPLE.rfind("\x1b[2J\x1b[1;1H\nPort statistics").unwrap();
+        let exit = SAMPLE.find("Telling cores to stop").unwrap();
+        let c = packet_counts(&format!("{}{}", &SAMPLE[..last], &SAMPLE[exit..]));
+        assert!(c.starts_with("port 0 in all (last statistics block):\n  RX-packets: 80394304"));
+        assert!(c.contains("port 1 in all"));
+        assert!(c.contains(
+            "port 0 forwarded (at exit):\n  RX-packets: 177422784 RX-dropped: 0 RX-total: 177422784\n  TX-packets: 177422784"
+        ));
+        assert_eq!(packet_counts("EAL: error\n"), "");
     }
 
     #[test]
