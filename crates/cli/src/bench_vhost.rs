@@ -128,7 +128,7 @@ pub fn vhost(opts: &VhostOptions) -> Result<Vec<Pairing>> {
     if !on_path(TESTPMD) {
         bail!(TestpmdError::NotInstalled);
     }
-    let _env = DpdkEnv::prepare()?;
+    let _env = DpdkEnv::prepare(crate::testpmd::HUGEPAGES)?;
     let mut runs: Vec<[Pairing; 3]> = Vec::with_capacity(ROUNDS);
     println!("runs, Mpps: DPDK's pair / nfkit frontend / nfkit backend");
     for round in 1..=ROUNDS {

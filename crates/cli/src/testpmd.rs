@@ -14,7 +14,7 @@
 //! # Ok::<(), nfkit::testpmd::TestpmdError>(())
 //! ```
 
-use nfkit_hw::linux::{Hugepages, Reservation};
+pub use nfkit_testkit::DpdkEnv;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -29,7 +29,7 @@ pub const DEBIAN_PACKAGES: &str =
     "dpdk-dev librte-net-null23 librte-mempool-ring23 librte-net-af-packet23 librte-net-af-xdp23";
 /// Free 2 MiB hugepages asked for (256 MiB: the mbuf pool below, the
 /// AF_XDP PMD's UMEM and EAL's own structures fit with room to spare).
-const HUGEPAGES: u64 = 128;
+pub const HUGEPAGES: u64 = 128;
 /// Mbufs in testpmd's pool (its default sizes the pool for hardware rings
 /// of thousands of descriptors per queue, about 400 MiB).
 const MBUFS: usize = 16384;
@@ -48,8 +48,8 @@ pub enum TestpmdError {
         "`{TESTPMD}` is not installed: `apt-get install {DEBIAN_PACKAGES}` (DPDK 22.11 in Debian 12)"
     )]
     NotInstalled,
-    #[error("hugepages for DPDK: {0}")]
-    Hugepages(#[from] nfkit_hw::HwError),
+    #[error("{0}")]
+    Env(#[from] nfkit_testkit::DpdkEnvError),
     #[error("{what}: {source}")]
     Os {
         what: String,
@@ -245,7 +245,7 @@ impl Testpmd {
         if !on_path(TESTPMD) {
             return Err(TestpmdError::NotInstalled);
         }
-        let _env = DpdkEnv::prepare()?;
+        let _env = DpdkEnv::prepare(HUGEPAGES)?;
         let prefix = unique_prefix();
         let args = self.args(&prefix);
         let command = format!("{TESTPMD} {}", args.join(" "));
@@ -467,74 +467,6 @@ pub fn tail(text: &str, n: usize) -> String {
         .map(|l| l.replace("\x1b[2J", "").replace("\x1b[1;1H", ""))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-// ---------------------------------------------------------------------
-// Hugepages and hugetlbfs.
-
-/// What DPDK's EAL needs from the system, restored on drop: free
-/// hugepages (the pool shrinks back to its previous size) and a mounted
-/// hugetlbfs (unmounted only if this guard mounted it).
-pub struct DpdkEnv {
-    _pages: Reservation,
-    mounted: Option<PathBuf>,
-}
-
-/// Where hugetlbfs is mounted when nothing else has mounted it.
-const HUGETLBFS_DIR: &str = "/dev/hugepages";
-
-impl DpdkEnv {
-    pub fn prepare() -> Result<DpdkEnv, TestpmdError> {
-        let pages = Hugepages::system().reserve_free(HUGEPAGES)?;
-        let mounted = if hugetlbfs_mounted() {
-            None
-        } else {
-            mount_hugetlbfs(Path::new(HUGETLBFS_DIR))?;
-            Some(PathBuf::from(HUGETLBFS_DIR))
-        };
-        Ok(DpdkEnv {
-            _pages: pages,
-            mounted,
-        })
-    }
-}
-
-impl Drop for DpdkEnv {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.mounted {
-            match Command::new("umount").arg(dir).status() {
-                Ok(s) if s.success() => {}
-                other => tracing::warn!("could not unmount {}: {other:?}", dir.display()),
-            }
-        }
-    }
-}
-
-fn hugetlbfs_mounted() -> bool {
-    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| {
-        m.lines()
-            .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
-    })
-}
-
-fn mount_hugetlbfs(dir: &Path) -> Result<(), TestpmdError> {
-    std::fs::create_dir_all(dir).map_err(os(format!("cannot create {}", dir.display())))?;
-    let out = Command::new("mount")
-        .args(["-t", "hugetlbfs", "nodev"])
-        .arg(dir)
-        .output()
-        .map_err(os("cannot run `mount`"))?;
-    if !out.status.success() {
-        return Err(TestpmdError::Os {
-            what: format!(
-                "`mount -t hugetlbfs nodev {}` failed: {}",
-                dir.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-            source: std::io::Error::other("mount failed"),
-        });
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------

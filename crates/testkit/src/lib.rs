@@ -1,4 +1,5 @@
-//! Test tooling: network namespaces, veth pairs, skips, traffic checks.
+//! Test tooling: network namespaces, veth pairs, skips, traffic checks,
+//! and the system set-up DPDK's testpmd needs beside nfkit ([`DpdkEnv`]).
 //!
 //! Everything a test creates is an RAII guard that removes it on drop,
 //! also when the test panics. Names are unique per process and test
@@ -18,6 +19,9 @@
 //! ```
 
 #![forbid(unsafe_code)]
+
+mod dpdk_env;
+pub use dpdk_env::{DpdkEnv, DpdkEnvError};
 
 use anyhow::{bail, Context, Result};
 use std::path::Path;

@@ -8,44 +8,46 @@
 use nfkit_hw::sim::SimDma;
 use nfkit_hw::{Batch, Mempool};
 use nfkit_port::Port;
+use nfkit_testkit::DpdkEnv;
 use nfkit_virtio::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Why DPDK cannot run here, if it cannot; otherwise make sure
-/// hugepages and a hugetlbfs mount exist (testpmd needs both).
-fn dpdk_unavailable() -> Option<String> {
+/// While a test runs testpmd: the hugepages and hugetlbfs it needs.
+/// Dropping it gives them back and removes the (empty) runtime
+/// directories this process's testpmds left in /var/run/dpdk.
+struct Dpdk {
+    _env: DpdkEnv,
+}
+
+impl Drop for Dpdk {
+    fn drop(&mut self) {
+        for tag in ["vu", "vh"] {
+            let _ = std::fs::remove_dir(format!("/var/run/dpdk/{}", prefix(tag)));
+        }
+    }
+}
+
+/// testpmd's `--file-prefix` for a test.
+fn prefix(tag: &str) -> String {
+    format!("nfkit-{tag}-{}", std::process::id())
+}
+
+/// [`Dpdk`], or why DPDK cannot run here.
+fn dpdk_env() -> Result<Dpdk, String> {
     let which = Command::new("sh")
         .args(["-c", "command -v dpdk-testpmd"])
         .output();
     if !which.is_ok_and(|o| o.status.success()) {
-        return Some("dpdk-testpmd is not installed (Debian package dpdk)".into());
+        return Err("dpdk-testpmd is not installed (Debian package dpdk)".into());
     }
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("DPDK needs root for hugepages".into());
+    if !nfkit_testkit::is_root() {
+        return Err("DPDK needs root for hugepages".into());
     }
-    let nr = "/proc/sys/vm/nr_hugepages";
-    let have: u64 = std::fs::read_to_string(nr).ok()?.trim().parse().ok()?;
-    if have < 512 && std::fs::write(nr, "512").is_err() {
-        return Some("cannot reserve hugepages".into());
-    }
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    if !mounts
-        .lines()
-        .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
-    {
-        let _ = std::fs::create_dir_all("/dev/hugepages");
-        let ok = Command::new("mount")
-            .args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            return Some("cannot mount hugetlbfs on /dev/hugepages".into());
-        }
-    }
-    None
+    // testpmd's `-m 256` below, and room for EAL's own structures.
+    let env = DpdkEnv::prepare(160).map_err(|e| e.to_string())?;
+    Ok(Dpdk { _env: env })
 }
 
 /// One testpmd at a time: they share the hugepages and the cores.
@@ -53,7 +55,9 @@ static TESTPMD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// testpmd with one vdev, io forwarding, stats every second (which also
 /// keeps it from waiting for a key press). Stopped with SIGINT.
-/// `--in-memory`: no hugepage files are left behind if it dies.
+/// `--in-memory`: no hugepage files are left behind if it dies, and no
+/// hugetlbfs files at all (EAL still makes an empty runtime directory,
+/// removed with [`Dpdk`]).
 fn testpmd(tag: &str, vdev: &str, tx_first: bool) -> Child {
     let mut c = Command::new("dpdk-testpmd");
     c.args([
@@ -62,14 +66,12 @@ fn testpmd(tag: &str, vdev: &str, tx_first: bool) -> Child {
         "-n",
         "1",
         "--no-pci",
+        "--in-memory",
         "--single-file-segments",
         "-m",
         "256",
     ])
-    .args([
-        "--file-prefix",
-        &format!("nfkit-{tag}-{}", std::process::id()),
-    ])
+    .args(["--file-prefix", &prefix(tag)])
     .args(["--vdev", vdev, "--"])
     .args([
         "--forward-mode=io",
@@ -135,10 +137,6 @@ fn wait_for(
 
 #[test]
 fn dpdk_virtio_user_against_our_backend() {
-    if let Some(why) = dpdk_unavailable() {
-        eprintln!("SKIP: {why}");
-        return;
-    }
     let dma = SimDma::new();
     let pool = Mempool::new(&*dma, "be", 4096, 2048).unwrap();
     let path = socket("be");
@@ -150,6 +148,11 @@ fn dpdk_virtio_user_against_our_backend() {
     };
     let mut be = VhostUserBackend::listen(cfg, pool).unwrap();
     let _one = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
+    // Given back before the lock (dropped in reverse order).
+    let _env = match dpdk_env() {
+        Ok(env) => env,
+        Err(why) => nfkit_testkit::skip!("{why}"),
+    };
     let mut pmd = Some(testpmd(
         "vu",
         &format!("net_virtio_user0,path={},queues=1", path.display()),
@@ -183,13 +186,13 @@ fn dpdk_virtio_user_against_our_backend() {
 
 #[test]
 fn our_virtio_user_against_dpdk_vhost() {
-    if let Some(why) = dpdk_unavailable() {
-        eprintln!("SKIP: {why}");
-        return;
-    }
     let path = socket("fe");
     let _ = std::fs::remove_file(&path);
     let _one = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());
+    let _env = match dpdk_env() {
+        Ok(env) => env,
+        Err(why) => nfkit_testkit::skip!("{why}"),
+    };
     let mut pmd = Some(testpmd(
         "vh",
         &format!("net_vhost0,iface={},queues=1", path.display()),
