@@ -287,24 +287,27 @@ impl Testpmd {
         })
     }
 
-    /// Wait until testpmd has printed the baseline block, the warm-up
-    /// blocks and `seconds` steady ones (it prints a block about every
-    /// second, sometimes every two), then stop it. Returns its exit
-    /// status (`None` if it had to be killed) and, if asked, the
-    /// forwarding thread's share of a CPU from the start of the steady
-    /// periods to the end.
+    /// Wait until testpmd has printed the baseline block and the warm-up
+    /// blocks, then until its complete blocks after those cover `seconds`
+    /// of wall-clock time (it prints a block about every second, every
+    /// two on machines whose TSC DPDK rounds up), then stop it. Returns
+    /// its exit status (`None` if it had to be killed) and, if asked, the
+    /// forwarding thread's share of a CPU over the steady blocks.
     fn supervise(
         &self,
         child: &mut Running,
         log: &LogFile,
         command: &str,
     ) -> Result<(Option<ExitStatus>, Option<f64>), TestpmdError> {
-        // One more header than needed: the last needed block is complete
-        // once the next one starts.
-        let wanted = 1 + self.warmup_periods + self.seconds as usize + 1;
-        let limit = STARTUP_LIMIT + Duration::from_secs(3 * wanted as u64);
         let steady_from = 1 + self.warmup_periods;
-        let mut cpu_from: Option<(Instant, Duration)> = None;
+        let measured = Duration::from_secs(self.seconds);
+        let limit = STARTUP_LIMIT + 3 * (measured + Duration::from_secs(steady_from as u64 + 2));
+        // When the first steady block began, and the forwarding thread's
+        // CPU time then.
+        let mut steady: Option<(Instant, Option<Duration>)> = None;
+        // Blocks printed when `measured` had passed: the one in progress
+        // then is complete once the next header appears.
+        let mut at_deadline: Option<usize> = None;
         let started = Instant::now();
         loop {
             if let Some(status) = child.try_wait()? {
@@ -312,25 +315,34 @@ impl Testpmd {
                 return Ok((Some(status), None));
             }
             let blocks = log.read().matches(STATS_HEADER).count();
-            if self.measure_cpu && cpu_from.is_none() && blocks >= steady_from {
-                cpu_from = child
-                    .pid()
-                    .and_then(|pid| thread_cpu_time(pid, FORWARDING_THREAD))
-                    .map(|t| (Instant::now(), t));
+            if steady.is_none() && blocks >= steady_from {
+                let cpu = self
+                    .measure_cpu
+                    .then(|| thread_cpu_time(child.pid()?, FORWARDING_THREAD))
+                    .flatten();
+                steady = Some((Instant::now(), cpu));
             }
-            if blocks >= wanted || self.aborted() {
+            if let Some((from, _)) = steady {
+                if at_deadline.is_none() && from.elapsed() >= measured {
+                    at_deadline = Some(blocks);
+                }
+            }
+            if at_deadline.is_some_and(|n| blocks > n) || self.aborted() {
                 break;
             }
             if started.elapsed() > limit {
                 child.kill();
                 return Err(TestpmdError::Failed {
                     command: command.into(),
-                    status: format!("fewer than {wanted} statistics blocks within {limit:?}"),
+                    status: format!(
+                        "its statistics blocks did not cover {measured:?} after the warm-up within {limit:?}"
+                    ),
                     tail: tail(&log.read(), TAIL_LINES),
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        let cpu_from = steady.and_then(|(at, t0)| Some((at, t0?)));
         let cpu_share = cpu_from.and_then(|(at, t0)| {
             let t1 = thread_cpu_time(child.pid()?, FORWARDING_THREAD)?;
             Some((t1.saturating_sub(t0)).as_secs_f64() / at.elapsed().as_secs_f64())

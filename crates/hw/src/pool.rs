@@ -1079,7 +1079,15 @@ impl Batch {
     /// Buffers go home a run at a time: one lock per run of consecutive
     /// buffers of one pool, not one per buffer (a dropped batch costs
     /// about what a sink's does).
+    #[inline]
     pub fn clear(&mut self) {
+        if self.pkts.is_empty() {
+            return;
+        }
+        self.free_runs();
+    }
+
+    fn free_runs(&mut self) {
         let mut run = ForeignRun::default();
         for buf in self.pkts.drain(..) {
             run.add(buf);
