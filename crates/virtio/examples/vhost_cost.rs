@@ -46,15 +46,7 @@ fn main() -> Result<()> {
         .transpose()?
         .unwrap_or(20_000);
     let path = std::env::temp_dir().join(format!("nfkit-cost-{}.sock", std::process::id()));
-    let dma = SimDma::new();
-    let pool = Mempool::new(&*dma, "be", 4096, 2048)?;
-    let cfg = BackendConfig {
-        name: "be".into(),
-        path: path.clone(),
-        queue_pairs: 1,
-        mac: [2, 0, 0, 0, 0, 1],
-    };
-    let mut be = VhostUserBackend::listen(cfg, pool)?;
+    let mut be = backend(&path)?;
     let mut fe = vhost_user::connect(&path, &FrontendConfig::default())?;
     let started = Instant::now();
     while !be.ready(0) {
@@ -177,15 +169,7 @@ fn serve(args: &[String]) -> Result<()> {
         .cloned()
         .unwrap_or_else(|| "/tmp/nfkit-cost.sock".into());
     let secs: u64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(10);
-    let dma = SimDma::new();
-    let pool = Mempool::new(&*dma, "be", 4096, 2048)?;
-    let cfg = BackendConfig {
-        name: "be".into(),
-        path: path.into(),
-        queue_pairs: 1,
-        mac: [2, 0, 0, 0, 0, 1],
-    };
-    let mut be = VhostUserBackend::listen(cfg, pool)?;
+    let mut be = backend(std::path::Path::new(&path))?;
     core_affinity::set_for_current(core_affinity::CoreId { id: 1 });
     let end = Instant::now() + Duration::from_secs(secs);
     let mut batch = Batch::new();
@@ -218,4 +202,17 @@ fn serve(args: &[String]) -> Result<()> {
         per(tx_ns)
     );
     Ok(())
+}
+
+/// Our backend listening on `path`, over a simulated-DMA pool.
+fn backend(path: &std::path::Path) -> Result<VhostUserBackend> {
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "be", 4096, 2048)?;
+    let cfg = BackendConfig {
+        name: "be".into(),
+        path: path.to_path_buf(),
+        queue_pairs: 1,
+        mac: [2, 0, 0, 0, 0, 1],
+    };
+    Ok(VhostUserBackend::listen(cfg, pool)?)
 }
