@@ -16,6 +16,7 @@
 use crate::open::{software_pool, OpenOptions};
 use crate::spec::TapSpec;
 use crate::{netdev, sys, Batch, LinkStatus, Mempool, Port, PortError, QueueStats};
+use nfkit_hw::PoolCache;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsFd;
@@ -34,6 +35,10 @@ pub struct TapPort {
     ifname: String,
     queues: Vec<TapQueue>,
     pool: Mempool,
+    /// Buffers for reads, taken from the pool a chunk at a time; a
+    /// read that finds nothing puts its buffer back here (no pool lock
+    /// per poll or frame).
+    rx_cache: PoolCache,
     error: Option<PortError>,
     warned_tx: bool,
     warned_rx: bool,
@@ -56,11 +61,13 @@ impl TapPort {
                 stats: QueueStats::default(),
             });
         }
+        let pool = software_pool(name, opts.pool_buffers)?;
         Ok(TapPort {
             name: name.to_string(),
             ifname,
             queues,
-            pool: software_pool(name, opts.pool_buffers)?,
+            rx_cache: pool.cache(2 * nfkit_hw::pool::MAX_BATCH),
+            pool,
             error: None,
             warned_tx: false,
             warned_rx: false,
@@ -121,7 +128,7 @@ impl Port for TapPort {
         };
         let mut n = 0;
         while !batch.is_full() {
-            let Some(mut b) = self.pool.alloc() else {
+            let Some(mut b) = self.rx_cache.alloc() else {
                 // Frames wait in the kernel's queue (which drops and
                 // counts on its side when full).
                 break;
@@ -132,6 +139,7 @@ impl Port for TapPort {
                 Ok(len) if len >= room => {
                     // The frame filled the buffer: it was cut short.
                     q.stats.rx_errors += 1;
+                    self.rx_cache.free(b);
                     if !self.warned_rx {
                         self.warned_rx = true;
                         tracing::warn!(
@@ -150,10 +158,12 @@ impl Port for TapPort {
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
                 {
-                    break
+                    self.rx_cache.free(b);
+                    break;
                 }
                 Err(e) => {
                     q.stats.rx_errors += 1;
+                    self.rx_cache.free(b);
                     self.error = Some(PortError::os(
                         &self.name,
                         "reading from the TAP interface",

@@ -47,6 +47,7 @@ use crate::open::{software_pool, OpenOptions};
 use crate::spec::AfPacketSpec;
 use crate::spec::TpacketVersion;
 use crate::{sys, Batch, Mempool, PktBuf, Port, PortError, QueueStats};
+use nfkit_hw::PoolCache;
 use ring::{version_sockopt, Rings, RxFrame, TX_ROOM};
 use std::cell::Cell;
 use std::io;
@@ -55,6 +56,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// RX ring slots when the spec does not say (`ring=SLOTS`).
 pub const DEFAULT_RX_SLOTS: usize = 512;
+/// Buffers the port's receive cache holds (two full batches).
+const RX_CACHE: usize = 2 * nfkit_hw::pool::MAX_BATCH;
 /// TX ring slots: the kernel gives a slot back as soon as its frame has
 /// left, so a few batches' worth is plenty.
 const TX_SLOTS: usize = 256;
@@ -75,6 +78,9 @@ pub struct AfPacketPort {
     ifname: String,
     queues: Vec<Queue>,
     pool: Mempool,
+    /// Buffers for received frames, taken from the pool a chunk at a
+    /// time (no pool lock per frame).
+    rx_cache: PoolCache,
     mac: [u8; 6],
     /// The interface's MTU when the port was opened.
     mtu: usize,
@@ -109,6 +115,7 @@ impl AfPacketPort {
             name: name.to_string(),
             ifname: spec.iface.clone(),
             queues,
+            rx_cache: pool.cache(RX_CACHE),
             pool,
             mac: crate::netdev::read_mac(&spec.iface).unwrap_or([0; 6]),
             mtu,
@@ -283,7 +290,7 @@ impl Port for AfPacketPort {
         let mut n = 0;
         let mut oversize = 0;
         while !batch.is_full() && q.ring.rx_ready() {
-            let Some(mut b) = self.pool.alloc() else {
+            let Some(mut b) = self.rx_cache.alloc() else {
                 break;
             };
             let mut got = false;
@@ -301,6 +308,8 @@ impl Port for AfPacketPort {
                 q.stats.rx_bytes += b.len() as u64;
                 batch.push(b);
                 n += 1;
+            } else {
+                self.rx_cache.free(b);
             }
         }
         q.stats.rx_packets += n as u64;

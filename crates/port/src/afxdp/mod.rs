@@ -77,12 +77,15 @@ use crate::afpacket::interface_index;
 use crate::open::{software_pool, OpenOptions};
 use crate::spec::{AfXdpSpec, XdpAttach, XdpMode};
 use crate::{sys, Batch, Mempool, Port, PortError, QueueStats};
+use nfkit_hw::PoolCache;
 use ring::{Ring, Umem};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// UMEM frame size.
 const FRAME: usize = 2048;
+/// Buffers the port's receive cache holds (two full batches).
+const RX_CACHE: usize = 2 * nfkit_hw::pool::MAX_BATCH;
 /// Ring slots when the spec does not say (`ring=SLOTS`).
 pub const DEFAULT_RING: u32 = 512;
 /// `XDP_FLAGS_SKB_MODE` / `XDP_FLAGS_DRV_MODE` (linux/if_link.h).
@@ -113,6 +116,9 @@ pub struct AfXdpPort {
     ifname: String,
     queues: Vec<XskQueue>,
     pool: Mempool,
+    /// Buffers for received frames, taken from the pool a chunk at a
+    /// time (no pool lock per frame).
+    rx_cache: PoolCache,
     mac: [u8; 6],
     zero_copy: bool,
     native: bool,
@@ -160,11 +166,13 @@ impl AfXdpPort {
             queues = queues.len(),
             "AF_XDP port open"
         );
+        let pool = software_pool(name, opts.pool_buffers)?;
         Ok(AfXdpPort {
             name: name.to_string(),
             ifname: spec.iface.clone(),
             queues,
-            pool: software_pool(name, opts.pool_buffers)?,
+            rx_cache: pool.cache(RX_CACHE),
+            pool,
             mac: crate::netdev::read_mac(&spec.iface).unwrap_or([0; 6]),
             zero_copy,
             native,
@@ -414,13 +422,13 @@ impl XskQueue {
         Ok(q)
     }
 
-    fn rx(&mut self, pool: &Mempool, batch: &mut Batch) -> usize {
+    fn rx(&mut self, cache: &mut PoolCache, batch: &mut Batch) -> usize {
         let avail = self.rx.available().min(batch.room() as u32);
         let mut taken = 0;
         let mut n = 0;
         while taken < avail {
             let d = self.rx.peek(taken);
-            let Some(mut b) = pool.alloc() else { break };
+            let Some(mut b) = cache.alloc() else { break };
             taken += 1;
             match self.umem.read(d.addr, d.len as usize) {
                 Some(data) if b.copy_from(data).is_ok() => {
@@ -428,7 +436,10 @@ impl XskQueue {
                     batch.push(b);
                     n += 1;
                 }
-                _ => self.stats.rx_errors += 1,
+                _ => {
+                    self.stats.rx_errors += 1;
+                    cache.free(b);
+                }
             }
             // Aligned mode: the frame is the address rounded down.
             self.fill.push(d.addr & !(FRAME as u64 - 1));
@@ -547,7 +558,7 @@ impl Port for AfXdpPort {
                 ));
             }
         }
-        q.rx(&self.pool, batch)
+        q.rx(&mut self.rx_cache, batch)
     }
 
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
