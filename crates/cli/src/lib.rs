@@ -6,6 +6,7 @@ pub mod bench_nf;
 pub mod bench_pipeline;
 pub mod bench_ports;
 pub mod bench_vhost;
+pub mod daemon;
 pub mod demo;
 pub mod doctor;
 pub mod fwd;

@@ -611,3 +611,111 @@ impl Graph {
         Ok(owner)
     }
 }
+
+/// Removing classes, attachments and workers (for a control plane that
+/// changes a running pipeline: `nfkit daemon`).
+impl Graph {
+    /// Remove traffic class `name`. Refused while a class or a task is
+    /// under it.
+    pub fn remove_tc(&mut self, name: &str) -> Result<(), GraphError> {
+        let i = self
+            .tcs
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| GraphError::NoTc {
+                class: name.into(),
+                worker: "any".into(),
+            })?;
+        let w = self.tcs[i].worker;
+        let child = self
+            .tcs
+            .iter()
+            .filter(|t| t.worker == w && t.parent == name)
+            .map(|t| t.name.clone())
+            .chain(
+                self.attachments
+                    .iter()
+                    .filter(|a| a.worker == w && a.parent == name)
+                    .filter_map(|a| self.nodes[a.module].as_ref().map(|n| n.name.clone())),
+            )
+            .next();
+        if let Some(child) = child {
+            return Err(GraphError::Tc(TcError::Placement {
+                class: name.into(),
+                msg: format!("`{child}` is still under it; move or remove it first"),
+            }));
+        }
+        self.tcs.remove(i);
+        Ok(())
+    }
+
+    /// Put `module`'s task back under the first worker's root (the
+    /// default for unattached tasks).
+    pub fn detach(&mut self, module: &str) -> Result<(), GraphError> {
+        let id = self.id(module)?;
+        self.attachments.retain(|a| a.module != id);
+        Ok(())
+    }
+
+    /// Worker names and cores, in order.
+    pub fn worker_list(&self) -> Vec<(String, Option<usize>)> {
+        self.workers
+            .iter()
+            .map(|w| (w.name.clone(), w.core))
+            .collect()
+    }
+
+    /// Traffic classes (not leaves): (name, worker index, parent, policy).
+    pub fn tc_list(&self) -> Vec<(String, usize, String, PolicySpec, Placement)> {
+        self.tcs
+            .iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    t.worker,
+                    t.parent.clone(),
+                    t.policy,
+                    t.placement,
+                )
+            })
+            .collect()
+    }
+
+    /// Task attachments: (module, worker index, parent class).
+    pub fn attachment_list(&self) -> Vec<(String, usize, String)> {
+        self.attachments
+            .iter()
+            .filter_map(|a| {
+                self.nodes[a.module]
+                    .as_ref()
+                    .map(|n| (n.name.clone(), a.worker, a.parent.clone()))
+            })
+            .collect()
+    }
+
+    /// Remove the last worker (workers keep their indices, so only the
+    /// last can go). Refused while a class or task is on it.
+    pub(crate) fn remove_last_worker(&mut self, name: &str) -> Result<(), GraphError> {
+        let w = self.worker_index(name)?;
+        if w + 1 != self.workers.len() || w == 0 {
+            return Err(GraphError::Tc(TcError::Placement {
+                class: name.into(),
+                msg: "only the most recently added worker (not the first) can be removed".into(),
+            }));
+        }
+        let busy = self.tcs.iter().any(|t| t.worker == w)
+            || self
+                .attachments
+                .iter()
+                .any(|a| a.worker == w && self.nodes[a.module].is_some());
+        if busy {
+            return Err(GraphError::Tc(TcError::Placement {
+                class: name.into(),
+                msg: "the worker still has classes or tasks".into(),
+            }));
+        }
+        self.attachments.retain(|a| a.worker != w);
+        self.workers.pop();
+        Ok(())
+    }
+}

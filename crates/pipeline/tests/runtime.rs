@@ -225,3 +225,29 @@ fn a_worker_on_a_missing_core_is_an_error_naming_it() {
         "{e}"
     );
 }
+
+#[test]
+fn classes_tasks_and_the_last_worker_can_be_removed_at_run_time() {
+    let src = "worker a\nworker b\ntc rl = rate_limit(worker=b, resource=packet, limit=1M)\ns::Source() -> Sink()\ns.attach(tc=rl)\n";
+    let mut p = build(src, Arc::new(RealClock::default()));
+    p.start().unwrap();
+    // Busy: the class has a task, the worker has a class.
+    assert!(p.edit(|g| g.remove_tc("rl")).is_err());
+    p.edit(|_| Ok(())).unwrap();
+    p.start().unwrap();
+    assert!(p.remove_worker("b").is_err());
+    assert!(p.is_running());
+    p.edit(|g| {
+        g.detach("s")?;
+        g.remove_tc("rl")
+    })
+    .unwrap();
+    assert!(p.graph().tc_list().is_empty());
+    p.remove_worker("b").unwrap();
+    assert!(p.is_running(), "resumed after removing the worker");
+    assert_eq!(p.graph().worker_list().len(), 1);
+    assert!(p.remove_worker("a").is_err(), "the first worker stays");
+    std::thread::sleep(Duration::from_millis(20));
+    let s = p.shutdown().unwrap();
+    assert!(s.module("s").unwrap().created > 0, "{s}");
+}
