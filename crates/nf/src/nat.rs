@@ -418,12 +418,12 @@ pub struct Nat {
     by_internal: KeyIndex<Endpoint>,
     by_external: KeyIndex<Endpoint>,
     /// Remotes each mapping sent to (address[-port]-dependent filtering).
-    sessions: FlowTable<Session, ()>,
+    sessions: Box<FlowTable<Session, ()>>,
     /// First fragments translated, for their later fragments: the address
     /// to write (outbound: none, the external IP; inbound: the internal IP).
-    fragments: FlowTable<FragKey, u32>,
+    fragments: Box<FlowTable<FragKey, u32>>,
     /// TCP, UDP, ICMP.
-    pools: [PortPool; 3],
+    pools: Box<[PortPool; 3]>,
     timeouts: [u64; LISTS],
     generation: u32,
     stats: NfStats,
@@ -463,21 +463,21 @@ impl Nat {
             mappings: Slots::with_lists(cfg.capacity, LISTS),
             by_internal: KeyIndex::new(cfg.capacity, seed),
             by_external: KeyIndex::new(cfg.capacity, seed ^ 0x5a5a),
-            sessions: FlowTable::new(
+            sessions: Box::new(FlowTable::new(
                 sessions,
                 cfg.timeouts.longest().as_nanos().min(u128::from(u64::MAX)) as u64,
                 seed ^ 0xa5a5,
-            ),
-            fragments: FlowTable::new(
+            )),
+            fragments: Box::new(FlowTable::new(
                 cfg.capacity.clamp(1, 4096),
                 FRAGMENT_TIMEOUT.as_nanos() as u64,
                 seed ^ 0x3c3c,
-            ),
-            pools: [
+            )),
+            pools: Box::new([
                 PortPool::new(cfg.ports),
                 PortPool::new(cfg.ports),
                 PortPool::new(cfg.ports),
-            ],
+            ]),
             timeouts: cfg.timeouts.by_list(),
             generation: 0,
             cfg,
