@@ -28,13 +28,18 @@
 //! | `Measure` | 1/1 | `offset=N` (else the `timestamp` attribute) | latency histogram (hdrhistogram): count, min, mean, p50, p99, p999, max |
 //! | `Dump` | 1/1 | `limit=16`, `snap=64`, `file=PATH` (else stderr) | print the first packets in hex |
 //! | `PcapCapture` | 1/1 | `file=PATH` | write packets to a pcap file |
+//! | `ExactMatch` | 1/n | `fields=[(offset=N\|attr_name=S, num_bytes=N)]`, `masks`, `size=1M`, `gates=64` | exact match on key fields; commands `add`, `delete`, `clear`, `set_default_gate` |
+//! | `WildcardMatch` | 1/n | `fields=[...]`, `size=1M`, `gates=64` | highest-priority masked match; same commands |
+//! | `ACL` | n/n | `rules=[(src_ip=, dst_ip=, src_port=, dst_port=, drop=)]`, `max_rules=4096` | first matching rule forwards (same gate) or drops; commands `add`, `delete`, `clear` |
 //! | `NF` | n/n | `name=nat\|bridge\|lb\|policer\|firewall\|router`, the NF's options (`ext_ip="..."`) | an `nfkit-nf` network function; gate k = NF port k |
 //!
 //! Every packet a module receives leaves by an output gate, is consumed
 //! (sent, sunk), is held (a queue), or is counted as dropped.
 
+pub use acl::{Acl, AclRule};
 pub use bypass::Bypass;
 pub use dump::Dump;
+pub use exact_match::ExactMatch;
 pub use hash_lb::{HashFields, HashLb};
 pub use macswap::MacSwap;
 pub use measure::Measure;
@@ -53,6 +58,7 @@ pub use source::Source;
 pub use split::{Split, SplitOn};
 pub use timestamp::{Timestamp, TIMESTAMP_ATTR};
 pub use update::{FieldUpdate, Update};
+pub use wildcard_match::WildcardMatch;
 
 pub use crate::registry::{BuildEnv, ClassDecl, Constructor, Registry};
 

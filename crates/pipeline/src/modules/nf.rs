@@ -148,7 +148,9 @@ fn cli_options(args: &mut Args) -> Result<Vec<String>, ArgError> {
                 Value::Str(s) | Value::Ident(s) => s,
                 Value::Int(i) => i.to_string(),
                 Value::Float(f) => f.to_string(),
-                Value::List(_) => return Err(ArgError::new(name, "lists do not nest")),
+                Value::List(_) | Value::Map(_) => {
+                    return Err(ArgError::new(name, "lists do not nest"))
+                }
             };
             out.push(flag.clone());
             out.push(text);
