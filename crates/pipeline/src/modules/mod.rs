@@ -31,16 +31,22 @@
 //! | `ExactMatch` | 1/n | `fields=[(offset=N\|attr_name=S, num_bytes=N)]`, `masks`, `size=1M`, `gates=64` | exact match on key fields; commands `add`, `delete`, `clear`, `set_default_gate` |
 //! | `WildcardMatch` | 1/n | `fields=[...]`, `size=1M`, `gates=64` | highest-priority masked match; same commands |
 //! | `ACL` | n/n | `rules=[(src_ip=, dst_ip=, src_port=, dst_port=, drop=)]`, `max_rules=4096` | first matching rule forwards (same gate) or drops; commands `add`, `delete`, `clear` |
+//! | `IPLookup` | 1/n | `max_rules=1024`, `max_tbl8s=128`, `gates=64` | longest-prefix match of the IPv4 destination (DIR-24-8); commands `add`, `delete`, `clear` |
+//! | `L2Forward` | 1/n | `size=1024`, `bucket=4`, `gates=64` | destination MAC table; commands `add`, `delete`, `set_default_gate`, `lookup`, `populate` |
+//! | `BPF` | 1/n | `filters=[(filter="tcp port 80", priority=P, gate=G)]`, `max_filters=64` | tcpdump filters (libpcap-compiled, run by nfkit's interpreter), highest priority first, else gate 0; commands `add`, `delete`, `clear` |
 //! | `NF` | n/n | `name=nat\|bridge\|lb\|policer\|firewall\|router`, the NF's options (`ext_ip="..."`) | an `nfkit-nf` network function; gate k = NF port k |
 //!
 //! Every packet a module receives leaves by an output gate, is consumed
 //! (sent, sunk), is held (a queue), or is counted as dropped.
 
 pub use acl::{Acl, AclRule};
+pub use bpf::Bpf;
 pub use bypass::Bypass;
 pub use dump::Dump;
 pub use exact_match::ExactMatch;
 pub use hash_lb::{HashFields, HashLb};
+pub use ip_lookup::IpLookup;
+pub use l2_forward::L2Forward;
 pub use macswap::MacSwap;
 pub use measure::Measure;
 pub use merge::Merge;
