@@ -291,10 +291,14 @@ fn main() -> Result<()> {
             println!("forwarded {n}");
         }
         Cmd::Run { file, seconds } => print!("{}", nfkit::run::run(&file, seconds)?),
-        Cmd::Doctor => print!(
-            "{}",
-            nfkit::doctor::report(&nfkit::doctor::checks(&nfkit::doctor::System::live()))
-        ),
+        Cmd::Doctor => {
+            let checks = nfkit::doctor::checks(&nfkit::doctor::System::live());
+            print!("{}", nfkit::doctor::report(&checks));
+            let failed = nfkit::doctor::failures(&checks);
+            if failed > 0 {
+                bail!("{failed} check(s) failed (see the fixes above)");
+            }
+        }
     }
     Ok(())
 }

@@ -55,3 +55,57 @@ fn steady_state_rounds_do_not_allocate() {
     );
     assert_eq!(p.stats().dropped(), 0);
 }
+
+#[test]
+fn classifiers_do_not_allocate() {
+    let frame = nfkit_packet::FrameBuilder::tcp(
+        ("10.0.0.1".parse().unwrap(), 1000),
+        ("10.1.2.3".parse().unwrap(), 80),
+    )
+    .build();
+    let mut frame = frame;
+    frame[..6].copy_from_slice(&[2, 0, 0, 0, 0, 7]);
+    let bytes: Vec<String> = frame.iter().map(|b| b.to_string()).collect();
+    let src = format!(
+        r#"
+        src::Source(template=[{}])
+          -> em::ExactMatch(fields=[(offset=30, num_bytes=4), (offset=36, num_bytes=2)], gates=2)
+        em.add(gate=1, fields=[0x0a010203, 80])
+        em:0 -> Sink()
+        em:1 -> wm::WildcardMatch(fields=[(offset=26, num_bytes=4)], gates=2)
+        wm.add(gate=1, priority=1, values=[0x0a000000], masks=[0xff000000])
+        wm:0 -> Sink()
+        wm:1 -> acl::ACL(gates=1, rules=[(src_ip="10.0.0.0/8", dst_port=80)])
+          -> lpm::IPLookup(gates=2)
+        lpm.add(prefix="10.1.0.0", prefix_len=16, gate=1)
+        lpm:0 -> Sink()
+        lpm:1 -> l2::L2Forward(gates=2)
+        l2.add(entries=[(addr="02:00:00:00:00:07", gate=1)])
+        l2:0 -> Sink()
+        l2:1 -> bpf::BPF(gates=2, filters=[(filter="tcp dst port 80 and net 10.0.0.0/8", gate=1)])
+        bpf:0 -> Sink()
+        bpf:1 -> out::Sink()
+    "#,
+        bytes.join(", ")
+    );
+    let mut p = parse(&src, "t.nfk")
+        .unwrap()
+        .build_with(&|_| unreachable!(), BuildOptions::default())
+        .unwrap();
+    p.step(1000).unwrap();
+    let before = p.stats().module("out").unwrap().consumed;
+    let info = allocation_counter::measure(|| {
+        p.step(10_000).unwrap();
+    });
+    let after = p.stats().module("out").unwrap().consumed;
+    assert!(
+        after - before >= 10_000,
+        "packets flowed: {}",
+        after - before
+    );
+    assert_eq!(
+        info.count_total, 0,
+        "allocations in 10,000 rounds: {info:?}"
+    );
+    assert_eq!(p.stats().dropped(), 0);
+}
