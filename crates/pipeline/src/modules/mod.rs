@@ -30,66 +30,109 @@
 //! | `IPLookup` | 1/n | `max_rules=1024`, `max_tbl8s=128`, `gates=64` | longest-prefix match of the IPv4 destination (DIR-24-8); commands `add`, `delete`, `clear` |
 //! | `L2Forward` | 1/n | `size=1024`, `bucket=4`, `gates=64` | destination MAC table; commands `add`, `delete`, `set_default_gate`, `lookup`, `populate` |
 //! | `BPF` | 1/n | `filters=[(filter="tcp port 80", priority=P, gate=G)]`, `max_filters=64` | tcpdump filters (libpcap-compiled, run by nfkit's interpreter), highest priority first, else gate 0; commands `add`, `delete`, `clear` |
+//! | `UpdateTTL` | 1/1 | | decrement the IPv4 TTL (checksum patched); TTL 0/1 and non-IPv4 dropped |
+//! | `IPSwap` | 1/1 | | swap IPv4 addresses and TCP/UDP ports |
+//! | `StaticNAT` | 2/2 | `pairs=[(int_range=(start=, end=), ext_range=(start=, end=))]` | one-to-one address ranges; gate 0 in -> 1 out (source), 1 -> 0 (destination) |
+//! | `Rewrite` | 1/1 | `templates=[bytes, ...]` | replace packets by templates in turn; commands `add`, `clear` |
+//! | `RandomUpdate` | 1/1 | `fields=[(offset=, size=, min=, max=)]`, `seed` | random big-endian values; commands `add`, `clear` |
+//! | `RandomDrop` | 1/1 | `drop_rate=F`, `seed` | drop with probability F; command `set_droprate` |
+//! | `Buffer` | 1/1 | | gather full batches (32) |
+//! | `DRR` | 1/1, task | `num_flows=4096`, `quantum=1500`, `max_flow_queue_size=2048` | deficit round robin over flows |
+//! | `FlowGen` | 0/1, task | `template`, `pps`, `flow_rate`, `flow_duration`, `arrival`, `duration`, `*_range`, `quick_rampup` | TCP flows with arrival and duration distributions |
+//! | `WorkerSplit` | 1/n | `worker_gates=[...]`, `gates=64` | gate = the worker running it |
+//! | `ArpResponder` | 1/1 | `ip`, `mac_addr` | answer ARP requests for configured addresses; commands `add`, `delete` |
+//! | `UrlFilter` | 2/2 | `blacklist=[(host=, path=)]`, `max_flows=64k` | drop HTTP requests for blacklisted URLs and block their connections |
+//! | `NoOP` | 0/0, task | | does nothing |
+//! | `MetadataTest` | n/n | `read=(a=4)`, `write=(...)`, `update=(...)`, `gates=1` | declares attributes (writes 1, updates +1) |
 //! | `NF` | n/n | `name=nat\|bridge\|lb\|policer\|firewall\|router`, the NF's options (`ext_ip="..."`) | an `nfkit-nf` network function; gate k = NF port k |
 //!
 //! Every packet a module receives leaves by an output gate, is consumed
 //! (sent, sunk), is held (a queue), or is counted as dropped.
 
 mod acl;
+mod arp_responder;
 mod bpf;
+mod buffer;
 mod bypass;
 pub mod cbpf;
 pub mod classify;
+mod drr;
 mod dump;
 mod exact_match;
+mod flowgen;
 mod hash_lb;
 mod ip_lookup;
+mod ip_swap;
 mod l2_forward;
 mod macswap;
 mod measure;
 mod merge;
+mod metadata_test;
 mod nf;
+mod noop;
 mod pcap_capture;
 mod port_inc;
 mod port_out;
 mod queue;
+mod random_drop;
 mod random_split;
+mod random_update;
 mod replicate;
+mod rewrite;
+mod rng;
 mod round_robin;
 mod set_metadata;
 mod sink;
 mod source;
 mod split;
+mod static_nat;
 mod timestamp;
 mod update;
+mod update_ttl;
+mod url_filter;
 mod wildcard_match;
+mod worker_split;
 
 pub use acl::{Acl, AclRule};
+pub use arp_responder::ArpResponder;
 pub use bpf::Bpf;
+pub use buffer::Buffer;
 pub use bypass::Bypass;
+pub use drr::Drr;
 pub use dump::Dump;
 pub use exact_match::ExactMatch;
+pub use flowgen::FlowGen;
 pub use hash_lb::{HashFields, HashLb};
 pub use ip_lookup::IpLookup;
+pub use ip_swap::IpSwap;
 pub use l2_forward::L2Forward;
 pub use macswap::MacSwap;
 pub use measure::Measure;
 pub use merge::Merge;
+pub use metadata_test::MetadataTest;
 pub use nf::NfModule;
+pub use noop::NoOp;
 pub use pcap_capture::PcapCapture;
 pub use port_inc::PortInc;
 pub use port_out::PortOut;
 pub use queue::Queue;
+pub use random_drop::RandomDrop;
 pub use random_split::RandomSplit;
+pub use random_update::{RandomField, RandomUpdate};
 pub use replicate::Replicate;
+pub use rewrite::Rewrite;
 pub use round_robin::RoundRobinSplit;
 pub use set_metadata::SetMetadata;
 pub use sink::Sink;
 pub use source::Source;
 pub use split::{Split, SplitOn};
+pub use static_nat::{NatPair, StaticNat};
 pub use timestamp::{Timestamp, TIMESTAMP_ATTR};
 pub use update::{FieldUpdate, Update};
+pub use update_ttl::UpdateTtl;
+pub use url_filter::UrlFilter;
 pub use wildcard_match::WildcardMatch;
+pub use worker_split::WorkerSplit;
 
 use crate::args::{ArgError, Args};
 use crate::module::Module;
@@ -161,6 +204,20 @@ impl Default for Registry {
         r.register("IPLookup", ip_lookup::build);
         r.register("L2Forward", l2_forward::build);
         r.register("BPF", bpf::build);
+        r.register("UpdateTTL", update_ttl::build);
+        r.register("IPSwap", ip_swap::build);
+        r.register("StaticNAT", static_nat::build);
+        r.register("Rewrite", rewrite::build);
+        r.register("RandomUpdate", random_update::build);
+        r.register("RandomDrop", random_drop::build);
+        r.register("Buffer", buffer::build);
+        r.register("DRR", drr::build);
+        r.register("FlowGen", flowgen::build);
+        r.register("WorkerSplit", worker_split::build);
+        r.register("ArpResponder", arp_responder::build);
+        r.register("UrlFilter", url_filter::build);
+        r.register("NoOP", noop::build);
+        r.register("MetadataTest", metadata_test::build);
         r
     }
 }
