@@ -12,6 +12,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("ArpResponder" => build);
+
 pub const MAX_ENTRIES: usize = 4096;
 
 #[derive(Default)]
@@ -95,7 +97,7 @@ impl Module for ArpResponder {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let mut m = ArpResponder::default();
     if args.pos("ip").is_some() || args.pos("mac_addr").is_some() {
         let (ip, mac) = entry(args)?;

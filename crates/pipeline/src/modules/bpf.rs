@@ -15,6 +15,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("BPF" => build);
+
 /// Most filters a module may be configured for.
 pub const MAX_FILTERS: usize = 1024;
 
@@ -172,7 +174,7 @@ impl Module for Bpf {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let max_filters = args.usize_in("max_filters", 64, 1, MAX_FILTERS)?;
     let gates = classify::gates_arg(args)?;
     let mut bpf = Bpf::new(max_filters, gates);

@@ -6,6 +6,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, DEFAULT_BURST};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Buffer" => build);
+
 #[derive(Default)]
 pub struct Buffer {
     held: Batch,
@@ -31,6 +33,6 @@ impl Module for Buffer {
     }
 }
 
-pub(super) fn build(_: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(Buffer::default()))
 }

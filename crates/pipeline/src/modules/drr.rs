@@ -17,6 +17,8 @@ use crate::module::{no_reply, Ctx, Module, DEFAULT_BURST};
 use nfkit_hw::{Batch, PktBuf};
 use std::collections::VecDeque;
 
+crate::modules::declare_class!("DRR" => build);
+
 pub const MAX_FLOWS: usize = 1 << 16;
 /// Packets held by all flows together, at most.
 pub const MAX_HELD: usize = 1 << 16;
@@ -245,7 +247,7 @@ impl Module for Drr {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let num_flows = args.usize_in("num_flows", 4096, 1, MAX_FLOWS)?;
     let quantum = args.u64_or("quantum", 1500)?;
     if quantum == 0 {

@@ -23,6 +23,8 @@ use nfkit_hw::{Batch, PoolCache};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+crate::modules::declare_class!("FlowGen" => build);
+
 /// Most flows alive at once.
 pub const MAX_FLOWS: usize = 1 << 20;
 const PARETO_SHAPE: f64 = 1.3;
@@ -268,7 +270,7 @@ fn positive(args: &mut Args, name: &str, default: f64) -> Result<f64, ArgError> 
     Ok(v)
 }
 
-pub(super) fn build(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, env: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let template = args
         .bytes("template")?
         .ok_or_else(|| ArgError::new("template", "is required"))?;

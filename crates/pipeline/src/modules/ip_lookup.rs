@@ -19,6 +19,8 @@ use nfkit_nf::lpm::{Dir24_8, MAX_TBL8_GROUPS};
 use nfkit_nf::Ipv4Prefix;
 use std::collections::BTreeMap;
 
+crate::modules::declare_class!("IPLookup" => build);
+
 /// Most rules a table may be configured for.
 pub const MAX_RULES: usize = 1 << 20;
 
@@ -151,7 +153,7 @@ impl Module for IpLookup {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let max_rules = args.usize_in("max_rules", 1024, 1, MAX_RULES)?;
     let max_tbl8s = args.usize_in("max_tbl8s", 128, 0, MAX_TBL8_GROUPS)?;
     let gates = classify::gates_arg(args)?;

@@ -18,6 +18,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("L2Forward" => build);
+
 /// Largest configurable table.
 pub const MAX_SIZE: usize = 1 << 24;
 
@@ -253,7 +255,7 @@ impl Module for L2Forward {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let size = args.usize_in("size", 1024, 1, MAX_SIZE)?;
     let bucket = args.usize_in("bucket", 4, 1, 8)?;
     if !size.is_power_of_two() {

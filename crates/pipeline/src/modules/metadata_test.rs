@@ -11,6 +11,8 @@ use crate::metadata::{Access, AttrSpec};
 use crate::module::{Ctx, Module, MAX_GATES};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("MetadataTest" => build);
+
 pub struct MetadataTest {
     attrs: Vec<AttrSpec>,
     gates: usize,
@@ -47,7 +49,7 @@ impl Module for MetadataTest {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let mut attrs = Vec::new();
     for (arg, access) in [
         ("read", Access::Read),

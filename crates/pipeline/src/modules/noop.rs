@@ -5,6 +5,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("NoOP" => build);
+
 #[derive(Debug, Default)]
 pub struct NoOp;
 
@@ -27,6 +29,6 @@ impl Module for NoOp {
     }
 }
 
-pub(super) fn build(_: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(NoOp))
 }

@@ -6,6 +6,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("RandomDrop" => build);
+
 pub struct RandomDrop {
     rate: f64,
     rng: Rng,
@@ -59,7 +61,7 @@ impl Module for RandomDrop {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let r = rate(args)?;
     Ok(Box::new(RandomDrop::new(r, rng::seed(args)?)))
 }

@@ -10,6 +10,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("RandomUpdate" => build);
+
 /// Most fields.
 pub const MAX_FIELDS: usize = 16;
 
@@ -137,7 +139,7 @@ impl Module for RandomUpdate {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let mut m = RandomUpdate::new(rng::seed(args)?);
     if args.pos("fields").is_some() {
         let f = m.parse(args)?;

@@ -10,6 +10,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Rewrite" => build);
+
 /// Most templates.
 pub const MAX_TEMPLATES: usize = 64;
 /// Largest template (a packet buffer's data room in the default pools).
@@ -105,7 +107,7 @@ impl Module for Rewrite {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let mut r = Rewrite::new();
     if args.pos("templates").is_some() {
         r.templates = r.parse(args)?;

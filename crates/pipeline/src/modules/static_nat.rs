@@ -15,6 +15,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("StaticNAT" => build);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NatPair {
     pub int_start: u32,
@@ -121,7 +123,7 @@ fn range(r: Option<Vec<Args>>, name: &str) -> Result<(u32, u32), ArgError> {
     Ok((start, end))
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let mut pairs = Vec::new();
     for mut p in args.records("pairs")?.unwrap_or_default() {
         let int = range(p.records("int_range")?, "int_range")?;

@@ -7,6 +7,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("UpdateTTL" => build);
+
 const TTL: usize = ip::ETH_LEN + 8;
 const CSUM: usize = ip::ETH_LEN + 10;
 
@@ -36,6 +38,6 @@ impl Module for UpdateTtl {
     }
 }
 
-pub(super) fn build(_: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(UpdateTtl))
 }

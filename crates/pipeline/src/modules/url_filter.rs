@@ -18,6 +18,8 @@ use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 use std::collections::VecDeque;
 
+crate::modules::declare_class!("UrlFilter" => build);
+
 pub const MAX_RULES: usize = 1024;
 
 /// (host, path prefix).
@@ -182,7 +184,7 @@ impl Module for UrlFilter {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let max_flows = args.usize_in("max_flows", 1 << 16, 1, 1 << 24)?;
     let mut blocked = FxMap::default();
     blocked.reserve(max_flows);

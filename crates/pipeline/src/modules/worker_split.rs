@@ -10,6 +10,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("WorkerSplit" => build);
+
 /// Most workers a map may name.
 pub const MAX_WORKERS: usize = 64;
 
@@ -42,7 +44,7 @@ impl Module for WorkerSplit {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let gates = classify::gates_arg(args)?;
     let pairs: Option<Vec<(usize, u64)>> = match args.take("worker_gates") {
         None => None,
