@@ -319,10 +319,14 @@ fn main() -> Result<()> {
             max_request,
             ..Default::default()
         })?,
-        Cmd::Doctor => print!(
-            "{}",
-            nfkit::doctor::report(&nfkit::doctor::checks(&nfkit::doctor::System::live()))
-        ),
+        Cmd::Doctor => {
+            let checks = nfkit::doctor::checks(&nfkit::doctor::System::live());
+            print!("{}", nfkit::doctor::report(&checks));
+            let failed = nfkit::doctor::failures(&checks);
+            if failed > 0 {
+                bail!("{failed} check(s) failed (see the fixes above)");
+            }
+        }
     }
     Ok(())
 }

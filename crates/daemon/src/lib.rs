@@ -28,6 +28,7 @@
 pub mod drivers;
 pub mod error;
 pub mod mclass;
+pub mod reflect;
 pub mod service;
 pub mod state;
 pub mod unix_port;

@@ -43,6 +43,26 @@ pub const CLASSES: &[ClassInfo] = &[
     ClassInfo { name: "Update", help: "writes constant values at packet offsets", cmds: &[] },
 ];
 
+/// A class's commands and their argument messages, as BESS names them
+/// (`ExactMatchCommandSetDefaultGateArg` -> `set_default_gate`).
+pub fn commands(class: &str) -> Vec<(String, String)> {
+    let prefix = format!("{class}Command");
+    let mut out: Vec<(String, String)> = crate::reflect::all_messages()
+        .into_iter()
+        .filter_map(|m| {
+            let cmd = m.strip_prefix(&prefix)?.strip_suffix("Arg")?;
+            Some((snake(cmd), m.clone()))
+        })
+        .collect();
+    for c in info(class).map(|i| i.cmds).unwrap_or_default() {
+        if !out.iter().any(|o| o.0 == c.0) {
+            out.push((c.0.to_string(), c.1.to_string()));
+        }
+    }
+    out.sort();
+    out
+}
+
 pub fn info(class: &str) -> Option<&'static ClassInfo> {
     CLASSES.iter().find(|c| c.name == class)
 }
@@ -287,24 +307,29 @@ pub fn bess_args(class: &str, any: Option<&Any>) -> Res<Vec<(String, Value)>> {
             let _: pb::DumpArg = decode(any, "DumpArg")?;
         }
         _ => {
-            if let Some(a) = any.filter(|a| !a.type_url.is_empty()) {
-                let known = info(class).is_some();
-                return Err(Fail::inval(if known {
-                    format!(
-                        "{class}: takes bess.pb.NfkitArg (nfkit's arguments as text), not `{}`",
-                        a.type_url
-                    )
-                } else {
-                    format!("no module class named `{class}`")
-                }));
+            // Every other class reads BESS's fields under their own
+            // names (nfkit-pipeline's classes take BESS's argument names).
+            let Some(a) = any.filter(|a| !(a.type_url.is_empty() && a.value.is_empty())) else {
+                return Ok(Vec::new());
+            };
+            let (msg, v) = crate::reflect::any_to_value(a)?;
+            if !msg.eq_ignore_ascii_case(&format!("{class}Arg")) {
+                return Err(Fail::inval(format!(
+                    "{class}: expected an argument of type bess.pb.{class}Arg (or bess.pb.NfkitArg), got `{}`",
+                    a.type_url
+                )));
             }
+            let nfkit_pipeline::args::Value::Map(items) = v else {
+                return Ok(Vec::new());
+            };
+            return Ok(items);
         }
     }
     Ok(out.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
 /// Parse nfkit's argument text with the config language's parser.
-fn parse_nfkit_args(class: &str, text: &str) -> Res<Vec<(String, Value)>> {
+pub fn parse_nfkit_args(class: &str, text: &str) -> Res<Vec<(String, Value)>> {
     let src = format!("__m::{class}({text})");
     let desc = nfkit_pipeline::config::parse_with(&src, "NfkitArg", &permissive_registry(class))
         .map_err(|e| Fail::inval(format!("NfkitArg: {e}")))?;

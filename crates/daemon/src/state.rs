@@ -232,7 +232,10 @@ impl Daemon {
     pub fn new(open: Arc<OpenFn>) -> Res<Daemon> {
         let pool = nfkit_port::software_pool("daemon", 8192)
             .map_err(|e| Fail::new(libc::ENOMEM, e.to_string()))?;
-        let mut pipeline = Pipeline::new(Graph::new(), Arc::new(RealClock::default()))?;
+        let mut graph = Graph::new();
+        // Modules arrive one at a time: a reader may come before its writer.
+        graph.allow_unwritten_reads(true);
+        let mut pipeline = Pipeline::new(graph, Arc::new(RealClock::default()))?;
         pipeline.start()?;
         Ok(Daemon {
             pipeline,
@@ -848,12 +851,8 @@ impl Daemon {
             error: None,
             name: name.to_string(),
             help: info.map(|i| i.help).unwrap_or("").to_string(),
-            cmds: info
-                .map(|i| i.cmds.iter().map(|c| c.0.to_string()).collect())
-                .unwrap_or_default(),
-            cmd_args: info
-                .map(|i| i.cmds.iter().map(|c| c.1.to_string()).collect())
-                .unwrap_or_default(),
+            cmds: mclass::commands(name).into_iter().map(|c| c.0).collect(),
+            cmd_args: mclass::commands(name).into_iter().map(|c| c.1).collect(),
         })
     }
 
@@ -1290,19 +1289,56 @@ impl Daemon {
                     data: Some(pack(&resp, "QueueCommandGetStatusResponse")),
                 })
             }
-            _ => Err(Fail::notsup(format!(
-                "module `{}` ({class}) has no command `{}` in nfkit{}",
-                r.name,
-                r.cmd,
-                mclass::info(&class)
-                    .filter(|i| !i.cmds.is_empty())
-                    .map(|i| format!(
-                        " (it has: {})",
-                        i.cmds.iter().map(|c| c.0).collect::<Vec<_>>().join(", ")
-                    ))
-                    .unwrap_or_default()
-            ))),
+            _ => self.generic_command(&class, r),
         }
+    }
+
+    /// A command the module implements ([`Module::command`]): the BESS
+    /// argument message as a record, the reply as BESS's
+    /// `<Class>Command<Cmd>Response` when there is one, else as
+    /// `NfkitCommandArg` text.
+    ///
+    /// [`Module::command`]: nfkit_pipeline::Module::command
+    fn generic_command(&mut self, class: &str, r: pb::CommandRequest) -> Res<pb::CommandResponse> {
+        let arg = match r
+            .arg
+            .as_ref()
+            .filter(|a| !(a.type_url.is_empty() && a.value.is_empty()))
+        {
+            Some(a) if mclass::type_name(a) == "bess.pb.NfkitCommandArg" => {
+                let t: pb::NfkitCommandArg = decode(Some(a), "NfkitCommandArg")?;
+                let pairs = mclass::parse_nfkit_args(class, &t.text)?;
+                nfkit_pipeline::args::Value::Map(pairs)
+            }
+            Some(a) => crate::reflect::any_to_value(a)?.1,
+            None => nfkit_pipeline::args::Value::Map(Vec::new()),
+        };
+        let reply = self.pipeline.command(&r.name, &r.cmd, arg).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("has no command") {
+                Fail::notsup(msg)
+            } else {
+                Fail::inval(msg)
+            }
+        })?;
+        let empty = matches!(&reply, nfkit_pipeline::args::Value::List(l) if l.is_empty())
+            || matches!(&reply, nfkit_pipeline::args::Value::Map(m) if m.is_empty());
+        if empty {
+            return Ok(pb::CommandResponse::default());
+        }
+        let name = crate::reflect::reply_name(class, &r.cmd);
+        let data = crate::reflect::value_to_any(&reply, &name).unwrap_or_else(|_| {
+            pack(
+                &pb::NfkitCommandArg {
+                    text: reply.to_string(),
+                },
+                "NfkitCommandArg",
+            )
+        });
+        Ok(pb::CommandResponse {
+            error: None,
+            data: Some(data),
+        })
     }
 
     pub fn reset_all(&mut self) -> Res<()> {

@@ -6,7 +6,7 @@
 //! per worker.
 
 use crate::counters::{GateCounters, ModuleCounters};
-use crate::metadata::{assign_offsets, Attr, AttrSpec, MetaNode, MetadataError};
+use crate::metadata::{assign_offsets_with, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
 use crate::runtime::{Part, Runtime, Slot};
 use crate::sched::TcCounters;
@@ -115,6 +115,8 @@ pub struct Graph {
     pub(crate) workers: Vec<WorkerSpec>,
     pub(crate) tcs: Vec<TcSpec>,
     pub(crate) attachments: Vec<Attachment>,
+    /// See [`Graph::allow_unwritten_reads`].
+    unwritten_reads_ok: bool,
 }
 
 /// What one worker runs after a commit.
@@ -573,7 +575,7 @@ impl Graph {
                 },
             })
             .collect();
-        Ok(assign_offsets(&meta)?)
+        Ok(assign_offsets_with(&meta, self.unwritten_reads_ok)?)
     }
 
     /// For each module, the worker whose tasks push packets into it.
@@ -615,6 +617,13 @@ impl Graph {
 /// Removing classes, attachments and workers (for a control plane that
 /// changes a running pipeline: `nfkit daemon`).
 impl Graph {
+    /// Accept modules that read a metadata attribute no upstream module
+    /// writes (their reads see zero) instead of refusing the commit: a
+    /// control plane builds a graph one module at a time, as BESS does.
+    pub fn allow_unwritten_reads(&mut self, ok: bool) {
+        self.unwritten_reads_ok = ok;
+    }
+
     /// Remove traffic class `name`. Refused while a class or a task is
     /// under it.
     pub fn remove_tc(&mut self, name: &str) -> Result<(), GraphError> {

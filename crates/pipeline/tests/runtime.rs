@@ -251,3 +251,22 @@ fn classes_tasks_and_the_last_worker_can_be_removed_at_run_time() {
     let s = p.shutdown().unwrap();
     assert!(s.module("s").unwrap().created > 0, "{s}");
 }
+
+#[test]
+fn a_reader_without_a_writer_is_refused_unless_allowed() {
+    use nfkit_pipeline::Graph;
+    let mut g = Graph::new();
+    g.add_module("lat", Box::new(Measure::new())).unwrap();
+    let e = Pipeline::new(g, VirtualClock::new()).err().unwrap();
+    assert!(e.to_string().contains("no upstream writer"), "{e}");
+    let mut g = Graph::new();
+    g.allow_unwritten_reads(true);
+    g.add_module("lat", Box::new(Measure::new())).unwrap();
+    let mut p = Pipeline::new(g, VirtualClock::new()).unwrap();
+    // A writer arrives later: the reader gets its offset.
+    p.edit(|g| {
+        g.add_module("ts", Box::new(Timestamp::new()))?;
+        g.connect("ts", 0, "lat", 0)
+    })
+    .unwrap();
+}
