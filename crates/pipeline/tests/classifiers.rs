@@ -443,3 +443,272 @@ em:2 -> Sink()
         assert!(got.starts_with(want), "{src}:\n got {got}\nwant {want}");
     }
 }
+
+#[test]
+fn ip_lookup_routes_by_longest_prefix() {
+    let mut lpm = module("IPLookup", "gates=4, max_rules=4, max_tbl8s=1");
+    cmd(
+        &mut *lpm,
+        "add",
+        r#"prefix="10.0.0.0", prefix_len=8, gate=1"#,
+    )
+    .unwrap();
+    cmd(
+        &mut *lpm,
+        "add",
+        r#"prefix="10.1.0.0", prefix_len=16, gate=2"#,
+    )
+    .unwrap();
+    cmd(
+        &mut *lpm,
+        "add",
+        r#"prefix="10.1.2.128", prefix_len=25, gate=3"#,
+    )
+    .unwrap();
+    let f = [
+        tcp("1.1.1.1", 1, "10.9.9.9", 2),
+        tcp("1.1.1.1", 1, "10.1.9.9", 2),
+        tcp("1.1.1.1", 1, "10.1.2.200", 2),
+        tcp("1.1.1.1", 1, "10.1.2.100", 2),
+        tcp("1.1.1.1", 1, "11.0.0.1", 2),
+        vec![0u8; 60],
+    ];
+    assert_eq!(
+        gates(&mut *lpm, &f),
+        [Some(1), Some(2), Some(3), Some(2), None, None]
+    );
+    cmd(
+        &mut *lpm,
+        "add",
+        r#"prefix="0.0.0.0", prefix_len=0, gate=0"#,
+    )
+    .unwrap();
+    assert_eq!(gates(&mut *lpm, &f[4..5]), [Some(0)], "the default route");
+    for (c, a, want) in [
+        (
+            "add",
+            r#"prefix="10.0.0.0", prefix_len=33, gate=1"#,
+            "longer than an IPv4 address",
+        ),
+        (
+            "add",
+            r#"prefix="10.0.0.1", prefix_len=8, gate=1"#,
+            "host bits are set",
+        ),
+        (
+            "add",
+            r#"prefix="10.0.0.0", prefix_len=8, gate=4"#,
+            "out of range",
+        ),
+        (
+            "add",
+            r#"prefix="fe80::", prefix_len=8, gate=1"#,
+            "not an IPv4 address",
+        ),
+        (
+            "add",
+            r#"prefix="12.0.0.0", prefix_len=8, gate=1"#,
+            "table is full (4 rules)",
+        ),
+        (
+            "delete",
+            r#"prefix="12.0.0.0", prefix_len=8"#,
+            "no such rule",
+        ),
+    ] {
+        let e = cmd(&mut *lpm, c, a).unwrap_err();
+        assert!(e.contains(want), "{a}: {e}");
+    }
+    cmd(&mut *lpm, "delete", r#"prefix="10.0.0.0", prefix_len=8"#).unwrap();
+    // A second /24 with longer prefixes needs a second tbl8 group.
+    let e = cmd(
+        &mut *lpm,
+        "add",
+        r#"prefix="10.2.2.0", prefix_len=30, gate=1"#,
+    )
+    .unwrap_err();
+    assert!(e.contains("raise the tbl8 group limit"), "{e}");
+    assert_eq!(
+        gates(&mut *lpm, &f[..5]),
+        [Some(0), Some(2), Some(3), Some(2), Some(0)],
+        "the failed add changed nothing"
+    );
+    cmd(&mut *lpm, "clear", "").unwrap();
+    assert_eq!(gates(&mut *lpm, &f[..2]), [None, None]);
+}
+
+fn eth(dst: [u8; 6]) -> Vec<u8> {
+    let mut f = FrameBuilder::udp((ip("1.1.1.1"), 1), (ip("2.2.2.2"), 2)).build();
+    f[..6].copy_from_slice(&dst);
+    f
+}
+
+#[test]
+fn l2_forward_learns_nothing_but_what_it_is_told() {
+    let mut l2 = module("L2Forward", "gates=4, size=8, bucket=2");
+    cmd(
+        &mut *l2,
+        "add",
+        r#"entries=[(addr="02:00:00:00:00:01", gate=1), (addr="02:00:00:00:00:02", gate=2)]"#,
+    )
+    .unwrap();
+    let f = [
+        eth([2, 0, 0, 0, 0, 1]),
+        eth([2, 0, 0, 0, 0, 2]),
+        eth([2, 0, 0, 0, 0, 3]),
+        vec![2, 0, 0, 0, 0, 1],
+    ];
+    assert_eq!(gates(&mut *l2, &f), [Some(1), Some(2), None, None]);
+    cmd(&mut *l2, "set_default_gate", "gate=3").unwrap();
+    assert_eq!(gates(&mut *l2, &f), [Some(1), Some(2), Some(3), None]);
+    assert_eq!(
+        cmd(
+            &mut *l2,
+            "lookup",
+            r#"addrs=["02:00:00:00:00:02", "02:00:00:00:00:01"]"#
+        )
+        .unwrap(),
+        Value::Map(vec![(
+            "gates".into(),
+            Value::List(vec![Value::Int(2), Value::Int(1)])
+        )])
+    );
+    for (c, a, want) in [
+        (
+            "add",
+            r#"entries=[(addr="02:00:00:00:00:05", gate=0), (addr="02:00:00:00:01", gate=1)]"#,
+            "not a MAC address",
+        ),
+        (
+            "add",
+            r#"entries=[(addr="02:00:00:00:00:05", gate=9)]"#,
+            "out of range",
+        ),
+        (
+            "add",
+            r#"entries=[(addr="02:00:00:00:00:05")]"#,
+            "`gate`: is required",
+        ),
+        (
+            "delete",
+            r#"addrs=["02:00:00:00:00:01", "02:00:00:00:00:09"]"#,
+            "no entry for 02:00:00:00:00:09",
+        ),
+        ("lookup", r#"addrs=["02:00:00:00:00:09"]"#, "no entry"),
+        (
+            "populate",
+            r#"base="02:00:00:00:10:00", count=100, gate_count=2"#,
+            "larger than the table",
+        ),
+        (
+            "populate",
+            r#"base="02:00:00:00:10:00", count=6, gate_count=0"#,
+            "gate_count",
+        ),
+    ] {
+        let e = cmd(&mut *l2, c, a).unwrap_err();
+        assert!(e.contains(want), "{a}: {e}");
+    }
+    assert_eq!(
+        l2.extra_stats(),
+        vec![("entries", 2)],
+        "nothing half-applied"
+    );
+    // Filling up: 8 slots; some address finds both its buckets full
+    // before all 8 are used, and a failed populate adds nothing.
+    let e = cmd(
+        &mut *l2,
+        "populate",
+        r#"base="02:00:00:00:10:00", count=8, gate_count=4"#,
+    )
+    .unwrap_err();
+    assert!(e.contains("table is full"), "{e}");
+    assert_eq!(l2.extra_stats(), vec![("entries", 2)]);
+    cmd(
+        &mut *l2,
+        "populate",
+        r#"base="02:00:00:00:10:00", count=2, gate_count=2"#,
+    )
+    .unwrap();
+    assert_eq!(
+        gates(
+            &mut *l2,
+            &[eth([2, 0, 0, 0, 0x10, 0]), eth([2, 0, 0, 0, 0x10, 1])]
+        ),
+        [Some(0), Some(1)]
+    );
+    cmd(&mut *l2, "delete", r#"addrs=["02:00:00:00:00:01"]"#).unwrap();
+    assert_eq!(gates(&mut *l2, &f[..1]), [Some(3)]);
+    for (a, want) in [
+        ("size=12", "not a power of two"),
+        ("bucket=3", "not a power of two"),
+        ("size=2, bucket=4", "up to the size"),
+    ] {
+        let e = try_module("L2Forward", a).err().unwrap();
+        assert!(e.contains(want), "{a}: {e}");
+    }
+}
+
+#[test]
+fn bpf_sends_each_packet_to_its_highest_priority_filter() {
+    let mut bpf = module(
+        "BPF",
+        r#"gates=4, filters=[(filter="tcp", priority=1, gate=1),
+                            (filter="tcp dst port 80", priority=5, gate=2),
+                            (filter="udp and src host 10.0.0.9", priority=3, gate=3)]"#,
+    );
+    let f = [
+        tcp("10.0.0.1", 999, "10.0.0.2", 22),
+        tcp("10.0.0.1", 999, "10.0.0.2", 80),
+        udp("10.0.0.9", 999, "10.0.0.2", 80),
+        udp("10.0.0.8", 999, "10.0.0.2", 80),
+        vec![0u8; 10],
+    ];
+    assert_eq!(
+        gates(&mut *bpf, &f),
+        [Some(1), Some(2), Some(3), Some(0), Some(0)]
+    );
+    cmd(
+        &mut *bpf,
+        "delete",
+        r#"filters=[(filter="tcp dst port 80", priority=5, gate=2)]"#,
+    )
+    .unwrap();
+    assert_eq!(gates(&mut *bpf, &f[1..2]), [Some(1)]);
+    for (a, want) in [
+        (
+            r#"filters=[(filter="tcp", gate=1), (filter="tcp port", gate=1)]"#,
+            "libpcap cannot compile `tcp port`",
+        ),
+        (r#"filters=[(filter="tcp", gate=4)]"#, "out of range"),
+        (r#"filters=[(gate=1)]"#, "`filter`: is required"),
+        (
+            r#"filters=[(filter="tcp", gate=1, prio=2)]"#,
+            "a filter has no such argument",
+        ),
+    ] {
+        let e = cmd(&mut *bpf, "add", a).unwrap_err();
+        assert!(e.contains(want), "{a}: {e}");
+    }
+    assert_eq!(
+        bpf.extra_stats(),
+        vec![("filters", 2)],
+        "nothing half-applied"
+    );
+    let e = cmd(
+        &mut *bpf,
+        "delete",
+        r#"filters=[(filter="tcp", priority=2, gate=1)]"#,
+    )
+    .unwrap_err();
+    assert!(e.contains("no filter `tcp`"), "{e}");
+    cmd(&mut *bpf, "clear", "").unwrap();
+    assert_eq!(gates(&mut *bpf, &f[..3]), [Some(0); 3]);
+    let e = try_module(
+        "BPF",
+        r#"max_filters=1, filters=[(filter="tcp"), (filter="udp")]"#,
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("too many filters (1 at most)"), "{e}");
+}

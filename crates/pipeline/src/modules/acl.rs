@@ -15,6 +15,8 @@ use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("ACL" => build);
+
 /// Most rules a table may be configured for.
 pub const MAX_RULES: usize = 1 << 20;
 
@@ -175,7 +177,7 @@ impl Module for Acl {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let max_rules = args.usize_in("max_rules", 4096, 1, MAX_RULES)?;
     let gates = classify::gates_arg(args)?;
     let mut acl = Acl::new(max_rules, gates);

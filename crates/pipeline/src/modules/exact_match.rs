@@ -15,6 +15,8 @@ use crate::metadata::AttrSpec;
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("ExactMatch" => build);
+
 /// Most rules a table may be configured for.
 pub const MAX_SIZE: usize = 1 << 24;
 
@@ -124,7 +126,7 @@ impl Module for ExactMatch {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let fields = Fields::parse(args)?;
     let mut masks = [0u64; classify::MAX_FIELDS];
     for (m, f) in masks.iter_mut().zip(&fields.fields) {

@@ -24,6 +24,8 @@ use nfkit_hw::Batch;
 use nfkit_nf::{BoxedNf, NetworkFunction, PortSet, Verdict};
 use std::time::Duration;
 
+crate::modules::declare_class!("NF" => build);
+
 /// Every option of every NF, as module arguments.
 const OPTIONS: &[&str] = &[
     "lan",
@@ -157,7 +159,7 @@ fn cli_options(args: &mut Args) -> Result<Vec<String>, ArgError> {
     Ok(out)
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let name = args.required_str("name")?;
     let options = cli_options(args)?;
     let nf = nfkit_nf::build(&name, &options).map_err(|e| ArgError::general(e.to_string()))?;
@@ -268,8 +270,8 @@ mod tests {
         );
     }
 
-    fn test_env() -> super::super::BuildEnv {
-        super::super::BuildEnv {
+    fn test_env() -> crate::registry::BuildEnv {
+        crate::registry::BuildEnv {
             ports: Default::default(),
             pool: Harness::new().pool().clone(),
         }

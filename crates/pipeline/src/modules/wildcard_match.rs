@@ -16,6 +16,8 @@ use crate::metadata::AttrSpec;
 use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("WildcardMatch" => build);
+
 /// Most distinct mask combinations (tuples).
 pub const MAX_TUPLES: usize = 16;
 
@@ -185,7 +187,7 @@ impl Module for WildcardMatch {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let fields = Fields::parse(args)?;
     let size = args.usize_in("size", 1 << 20, 1, super::exact_match::MAX_SIZE)?;
     let gates = classify::gates_arg(args)?;
