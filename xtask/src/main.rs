@@ -2,13 +2,15 @@
 //!
 //! - `cargo xtask test`: install what the tests need (Debian packages, only
 //!   when root and missing), then run every check and test: fmt, clippy,
-//!   the workspace tests, the long release-mode tests, the QEMU guest tests.
+//!   the workspace tests, the pool under loom (`verify.rs`), the long
+//!   release-mode tests, the QEMU guest tests.
 //! - `cargo xtask deps`: only the installation step.
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
 
 mod fuzz;
 mod guest;
+mod verify;
 
 use anyhow::{bail, Context, Result};
 use std::process::Command;
@@ -184,6 +186,7 @@ fn test(args: &[String]) -> Result<()> {
         ]),
     )?;
     run("cargo test (debug)", cargo().args(["test", "--workspace"]))?;
+    verify::loom()?;
     if !quick {
         // Long runs: 10 million packets through each driver model against
         // the free-running 82599 model, in an optimised build.
