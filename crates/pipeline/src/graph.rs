@@ -8,6 +8,7 @@
 use crate::counters::{GateCounters, ModuleCounters};
 use crate::metadata::{assign_offsets, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
+use crate::ports::{Dir, Owners, QueueConflict};
 use crate::runtime::{Part, Runtime, Slot};
 use crate::sched::TcCounters;
 use crate::sched::{Placement, PolicySpec, TcError, TcStats, TcTree};
@@ -62,6 +63,8 @@ pub enum GraphError {
         input: String,
         task: String,
     },
+    #[error(transparent)]
+    QueueOwners(Box<QueueConflict>),
     #[error(transparent)]
     Metadata(#[from] MetadataError),
     #[error(transparent)]
@@ -502,6 +505,7 @@ impl Graph {
                 }
             }
         }
+        let owners = self.port_owners(&input_worker, &task_worker)?;
         let mut trees = Vec::new();
         for w in 0..self.workers.len() {
             trees.push(self.tree_for(w)?);
@@ -524,13 +528,53 @@ impl Graph {
             let mut part = Part::Whole;
             if let Some(&tw) = task_worker.get(&id).filter(|&&tw| tw != home) {
                 let half = module.task_half().expect("checked above");
-                plans[tw].runtime.slots[id] =
-                    Some(Slot::new(node, half, attrs[id].clone(), Part::TaskHalf));
+                let rt = &mut plans[tw].runtime;
+                let bind = rt.bind_ports(&owners, &*half, tw);
+                rt.slots[id] = Some(Slot::new(
+                    node,
+                    half,
+                    attrs[id].clone(),
+                    Part::TaskHalf,
+                    bind,
+                ));
                 part = Part::InputHalf;
             }
-            plans[home].runtime.slots[id] = Some(Slot::new(node, module, attrs[id].clone(), part));
+            let rt = &mut plans[home].runtime;
+            let bind = rt.bind_ports(&owners, &*module, home);
+            rt.slots[id] = Some(Slot::new(node, module, attrs[id].clone(), part, bind));
         }
         Ok(plans)
+    }
+
+    /// Give every port queue its one polling worker: a receive use runs
+    /// where the module's task runs, a transmit use where its input
+    /// side runs. Two workers on one queue are refused, naming both.
+    fn port_owners(
+        &self,
+        input_worker: &[Option<usize>],
+        task_worker: &HashMap<ModuleId, usize>,
+    ) -> Result<Owners, GraphError> {
+        let mut owners = Owners::default();
+        for (id, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node.as_ref() else { continue };
+            let Some(module) = node.module.as_ref() else {
+                continue;
+            };
+            let task = task_worker.get(&id).copied();
+            for u in module.ports() {
+                // A module that is never fed and has no task never polls.
+                let Some(w) = (match u.dir {
+                    Dir::Rx if node.is_task => task,
+                    _ => input_worker[id].or(task),
+                }) else {
+                    continue;
+                };
+                owners
+                    .add(&node.name, w, &u, |w| self.workers[w].name.clone())
+                    .map_err(GraphError::QueueOwners)?;
+            }
+        }
+        Ok(owners)
     }
 
     fn can_split(&mut self, id: ModuleId) -> bool {

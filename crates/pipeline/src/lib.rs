@@ -94,6 +94,7 @@ pub mod metadata;
 pub mod module;
 pub mod modules;
 pub mod pipeline;
+pub mod ports;
 pub mod registry;
 mod runtime;
 pub mod sched;

@@ -10,6 +10,7 @@ use crate::counters::{GateCounters, ModuleCounters};
 use crate::graph::Node;
 use crate::metadata::Attr;
 use crate::module::{Ctx, Module};
+use crate::ports::{Owners, PortTable};
 use nfkit_hw::Batch;
 use std::sync::Arc;
 
@@ -41,10 +42,18 @@ pub(crate) struct Slot {
     counters: Arc<ModuleCounters>,
     igate_counters: Box<[Arc<GateCounters>]>,
     ogate_counters: Box<[Arc<GateCounters>]>,
+    /// Where the module's declared ports are in the worker's table.
+    port_bind: Box<[usize]>,
 }
 
 impl Slot {
-    pub fn new(node: &Node, module: Box<dyn Module>, attrs: Vec<Attr>, part: Part) -> Slot {
+    pub fn new(
+        node: &Node,
+        module: Box<dyn Module>,
+        attrs: Vec<Attr>,
+        part: Part,
+        port_bind: Box<[usize]>,
+    ) -> Slot {
         let targets = match part {
             Part::InputHalf => vec![None; node.ogates.len()].into(),
             Part::Whole | Part::TaskHalf => node.ogates.clone().into(),
@@ -62,6 +71,7 @@ impl Slot {
             counters,
             igate_counters: node.igate_counters.clone().into(),
             ogate_counters: node.ogate_counters.clone().into(),
+            port_bind,
         }
     }
 }
@@ -69,6 +79,8 @@ impl Slot {
 /// The modules one worker runs.
 pub(crate) struct Runtime {
     pub slots: Vec<Option<Slot>>,
+    /// The ports (or queues of them) this worker polls, owned while it runs.
+    pub ports: PortTable,
     spare: Vec<Batch>,
     /// What the running module dropped; freed in runs after each call.
     trash: Batch,
@@ -79,10 +91,28 @@ impl Runtime {
     pub fn new(modules: usize) -> Runtime {
         Runtime {
             slots: (0..modules).map(|_| None).collect(),
+            ports: PortTable::default(),
             spare: (0..MAX_DEPTH).map(|_| Batch::new()).collect(),
             trash: Batch::new(),
             worker: 0,
         }
+    }
+
+    /// Plan the ports `module` declares, as run on worker `w`: the index
+    /// of each use in this worker's table (none for a queue another
+    /// worker owns).
+    pub fn bind_ports(&mut self, owners: &Owners, module: &dyn Module, w: usize) -> Box<[usize]> {
+        module
+            .ports()
+            .iter()
+            .map(|u| {
+                if owners.owns(u, w) {
+                    self.ports.plan(&u.port, owners.claim(&u.port, w))
+                } else {
+                    usize::MAX
+                }
+            })
+            .collect()
     }
 
     pub fn set_worker(&mut self, worker: usize) {
@@ -123,7 +153,8 @@ impl Runtime {
             &slot.counters,
             now,
             self.worker,
-        );
+        )
+        .with_ports(&mut self.ports, &slot.port_bind);
         f(&mut *slot.module, &mut ctx);
         self.trash.clear();
         true
