@@ -22,6 +22,9 @@ use std::time::Duration;
 
 pub use crate::ports::SharedPort;
 
+/// Stack of a worker thread: room for the deepest walk the graph allows.
+const WORKER_STACK: usize = 32 << 20;
+
 /// Errors from running a pipeline.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
@@ -213,6 +216,9 @@ impl Pipeline {
         let name = spec.name.clone();
         let handle = std::thread::Builder::new()
             .name(format!("nfkit-{name}"))
+            // A walk may cross `graph::MAX_DEPTH` modules, a few stack
+            // frames each.
+            .stack_size(WORKER_STACK)
             .spawn(move || {
                 if let Some(core) = core {
                     if !core_affinity::set_for_current(core) {

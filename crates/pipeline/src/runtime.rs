@@ -7,30 +7,11 @@
 //! nothing is allocated or copied per packet.
 
 use crate::counters::{GateCounters, ModuleCounters};
-use crate::graph::Node;
 use crate::metadata::Attr;
 use crate::module::{Ctx, Module};
 use crate::ports::{Owners, PortTable};
 use nfkit_hw::Batch;
 use std::sync::Arc;
-
-/// Deepest chain of modules one batch may cross in one task run; deeper
-/// (a packet loop) is dropped and counted.
-pub const MAX_DEPTH: usize = 64;
-
-/// Which part of its module a slot runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Part {
-    /// Input side and task, on one worker.
-    Whole,
-    /// The input side of a module whose task runs on another worker. It
-    /// hands packets on only through its task half, so its output gates
-    /// lead nowhere here (each gate counter has one writing thread).
-    InputHalf,
-    /// The task of a module whose input side runs on another worker,
-    /// counting into the module's second set of counters.
-    TaskHalf,
-}
 
 pub(crate) struct Slot {
     pub module: Box<dyn Module>,
@@ -46,31 +27,35 @@ pub(crate) struct Slot {
     port_bind: Box<[usize]>,
 }
 
+/// Where a slot's gates lead and what it counts into.
+pub(crate) struct Wiring {
+    /// Per output gate: (module, input gate), or nowhere.
+    pub targets: Box<[Option<(usize, usize)>]>,
+    pub counters: Arc<ModuleCounters>,
+    pub igate_counters: Box<[Arc<GateCounters>]>,
+    pub ogate_counters: Box<[Arc<GateCounters>]>,
+}
+
 impl Slot {
+    /// `is_half`: the task-only half of a module whose input side runs
+    /// elsewhere. `port_bind`: where its declared ports are in the
+    /// worker's table.
     pub fn new(
-        node: &Node,
         module: Box<dyn Module>,
         attrs: Vec<Attr>,
-        part: Part,
+        wiring: Wiring,
+        is_half: bool,
         port_bind: Box<[usize]>,
     ) -> Slot {
-        let targets = match part {
-            Part::InputHalf => vec![None; node.ogates.len()].into(),
-            Part::Whole | Part::TaskHalf => node.ogates.clone().into(),
-        };
-        let counters = match part {
-            Part::TaskHalf => node.half_counters.clone(),
-            Part::Whole | Part::InputHalf => node.counters.clone(),
-        };
         Slot {
             module,
-            is_half: part == Part::TaskHalf,
+            is_half,
             attrs: attrs.into(),
-            outs: node.ogates.iter().map(|_| Batch::new()).collect(),
-            targets,
-            counters,
-            igate_counters: node.igate_counters.clone().into(),
-            ogate_counters: node.ogate_counters.clone().into(),
+            outs: wiring.targets.iter().map(|_| Batch::new()).collect(),
+            targets: wiring.targets,
+            counters: wiring.counters,
+            igate_counters: wiring.igate_counters,
+            ogate_counters: wiring.ogate_counters,
             port_bind,
         }
     }
@@ -88,11 +73,14 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn new(modules: usize) -> Runtime {
+    /// A runtime for a graph of `modules` whose longest walk crosses
+    /// `depth` modules (checked against the graph's limit at commit):
+    /// one spare batch per level.
+    pub fn new(modules: usize, depth: usize) -> Runtime {
         Runtime {
             slots: (0..modules).map(|_| None).collect(),
             ports: PortTable::default(),
-            spare: (0..MAX_DEPTH).map(|_| Batch::new()).collect(),
+            spare: (0..depth.max(1)).map(|_| Batch::new()).collect(),
             trash: Batch::new(),
             worker: 0,
         }
@@ -181,7 +169,8 @@ impl Runtime {
             packets += n;
             bits += b;
             let (Some((t, ig)), Some(mut batch)) = (target, self.spare.pop()) else {
-                // Unconnected gate, or the walk is too deep (a loop).
+                // Unconnected gate (a walk deeper than the graph's, which
+                // the commit refuses, would end here too).
                 slot.counters.dropped.add(n);
                 slot.outs[g].clear();
                 continue;

@@ -131,6 +131,8 @@ impl Desc {
                     Some(module.clone())
                 }
                 GraphError::QueueOwners(c) => Some(c.second_module.clone()),
+                GraphError::Loop { path } => path.first().cloned(),
+                GraphError::TooDeep { module, .. } => Some(module.clone()),
                 _ => None,
             },
             _ => None,

@@ -5,6 +5,7 @@ use super::{
     WeightedFair,
 };
 use crate::counters::Counter;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Index of a class in its tree.
@@ -55,6 +56,9 @@ pub struct TcStats {
 #[derive(Debug)]
 pub struct TcTree {
     classes: Vec<Class>,
+    /// Class ids by name (building a tree of thousands of classes stays
+    /// linear).
+    names: HashMap<String, TcId>,
     /// Per class: no runnable leaf below it now.
     blocked: Vec<bool>,
     /// Rate-limited classes waiting for tokens: (time, class).
@@ -66,6 +70,7 @@ impl TcTree {
     pub fn new(root: &str, policy: PolicySpec) -> TcTree {
         let mut t = TcTree {
             classes: Vec::new(),
+            names: HashMap::new(),
             blocked: Vec::new(),
             wakeups: Vec::new(),
         };
@@ -83,7 +88,7 @@ impl TcTree {
         false
     }
     pub fn find(&self, name: &str) -> Option<TcId> {
-        self.classes.iter().position(|c| c.name == name)
+        self.names.get(name).copied()
     }
     pub fn name(&self, id: TcId) -> &str {
         &self.classes[id].name
@@ -159,6 +164,9 @@ impl TcTree {
         policy: Policy,
         counters: Option<Arc<TcCounters>>,
     ) {
+        self.names
+            .entry(name.to_string())
+            .or_insert(self.classes.len());
         self.classes.push(Class {
             name: name.to_string(),
             parent,
