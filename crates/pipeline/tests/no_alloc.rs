@@ -109,3 +109,55 @@ fn classifiers_do_not_allocate() {
     );
     assert_eq!(p.stats().dropped(), 0);
 }
+
+#[test]
+fn rewriters_and_generators_do_not_allocate() {
+    let frame = nfkit_packet::FrameBuilder::tcp(
+        ("10.0.0.1".parse().unwrap(), 1000),
+        ("10.1.2.3".parse().unwrap(), 80),
+    )
+    .payload(b"GET / HTTP/1.1\r\nHost: ok.example\r\n\r\n")
+    .build();
+    let bytes: Vec<String> = frame.iter().map(|b| b.to_string()).collect();
+    let src = format!(
+        r#"
+        gen::FlowGen(template=[{}], pps=10M, flow_rate=100k, flow_duration=0.01,
+                     arrival="exponential", duration="pareto", ip_src_range=1000, port_src_range=1000)
+          -> UpdateTTL() -> IPSwap() -> IPSwap()
+          -> nat::StaticNAT(pairs=[(int_range=(start="10.0.0.0", end="10.0.255.255"), ext_range=(start="192.168.0.0", end="192.168.255.255"))])
+        nat:1 -> RandomUpdate(fields=[(offset=34, size=2, min=1, max=65000)])
+          -> RandomDrop(drop_rate=0) -> uf::UrlFilter(blacklist=[(host="bad.example", path="/")])
+        uf:0 -> Buffer() -> drr::DRR(num_flows=4096) -> out::Sink()
+    "#,
+        bytes.join(", ")
+    );
+    let clock = VirtualClock::new();
+    let opts = BuildOptions {
+        clock: clock.clone(),
+        ..BuildOptions::default()
+    };
+    let mut p = parse(&src, "t.nfk")
+        .unwrap()
+        .build_with(&|_| unreachable!(), opts)
+        .unwrap();
+    let run = |p: &mut nfkit_pipeline::Pipeline, rounds: usize| {
+        for _ in 0..rounds {
+            p.step(1).unwrap();
+            clock.advance(std::time::Duration::from_micros(3));
+        }
+    };
+    run(&mut p, 20_000);
+    let before = p.stats().module("out").unwrap().consumed;
+    let info = allocation_counter::measure(|| run(&mut p, 10_000));
+    let after = p.stats().module("out").unwrap().consumed;
+    assert!(
+        after - before >= 100_000,
+        "packets flowed: {}",
+        after - before
+    );
+    assert_eq!(
+        info.count_total, 0,
+        "allocations in 10,000 rounds: {info:?}"
+    );
+    assert_eq!(p.stats().dropped(), 0);
+}
