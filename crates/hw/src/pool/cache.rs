@@ -7,8 +7,9 @@ use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};
 
 /// Ids moved between a [`PoolCache`] and the shared stack at once, at
-/// least.
-pub(super) const CACHE_CHUNK: usize = 32;
+/// least (2 under loom, so a handful of ids runs through refill and
+/// spill).
+pub(super) const CACHE_CHUNK: usize = if cfg!(loom) { 2 } else { 32 };
 
 impl Mempool {
     /// A per-core cache for this pool, keeping about `size` ids.

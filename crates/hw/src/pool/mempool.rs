@@ -2,13 +2,12 @@
 //! it, and the shared stack of free entry ids that keeps it alive while
 //! any id is out.
 
+use super::sync::{Arc, Mutex};
 use crate::dma::{DmaAllocator, DmaRegion};
 use crate::error::HwError;
-use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
 
 /// Bytes reserved in front of the packet data of every buffer, for
 /// encapsulation headers (VXLAN, VirtIO net header, ...).
