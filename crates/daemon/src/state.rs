@@ -15,7 +15,6 @@ use nfkit_pipeline::metadata::{Access, AttrSpec};
 use nfkit_pipeline::modules::{BuildEnv, Registry};
 use nfkit_pipeline::sched::{Placement, PolicySpec, RealClock, Resource};
 use nfkit_pipeline::{Pipeline, SharedPort};
-use parking_lot::Mutex;
 use prost_types::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -30,6 +29,7 @@ struct PortEntry {
     name: String,
     driver: String,
     spec: String,
+    mac: [u8; 6],
     port: SharedPort,
     arg: Option<Any>,
 }
@@ -295,7 +295,7 @@ impl Daemon {
         // Release modules, then ports (a UnixSocketPort removes its file).
         let _ = self.reset_modules();
         for p in std::mem::take(&mut self.ports) {
-            let _ = p.port.lock().flush();
+            let _ = p.port.with_port(|p| p.flush());
             self.pipeline.remove_port(&p.name);
         }
         report
@@ -709,11 +709,11 @@ impl Daemon {
                 .ports
                 .iter()
                 .map(|p| {
-                    let port = p.port.lock();
+                    let port = &p.port;
                     pb::list_ports_response::Port {
                         name: p.name.clone(),
                         driver: p.driver.clone(),
-                        mac_addr: mac_str(port.mac()),
+                        mac_addr: mac_str(p.mac),
                         num_inc_q: port.rx_queues() as u64,
                         num_out_q: port.tx_queues() as u64,
                         size_inc_q: 0,
@@ -743,14 +743,16 @@ impl Daemon {
             arg: r.arg.as_ref(),
         };
         let (port, spec) = drivers::create(&req, &*self.open)?;
-        let mac = mac_str(port.mac());
-        let port: SharedPort = Arc::new(Mutex::new(port));
+        let mac_bytes = port.mac();
+        let mac = mac_str(mac_bytes);
+        let port = SharedPort::named(&name, port);
         self.pipeline.add_port(&name, port.clone());
         tracing::info!(port = %name, driver = %r.driver, %spec, "port created");
         self.ports.push(PortEntry {
             name: name.clone(),
             driver: r.driver,
             spec,
+            mac: mac_bytes,
             port,
             arg: r.arg,
         });
@@ -781,7 +783,7 @@ impl Daemon {
             .expect("checked");
         let e = self.ports.remove(i);
         self.pipeline.remove_port(name);
-        let _ = e.port.lock().flush();
+        let _ = e.port.with_port(|p| p.flush());
         tracing::info!(port = %name, spec = %e.spec, "port destroyed");
         Ok(())
     }
@@ -794,8 +796,23 @@ impl Daemon {
         Ok(())
     }
 
-    pub fn get_port_stats(&self, name: &str) -> Res<pb::GetPortStatsResponse> {
-        let s = self.port(name)?.port.lock().stats();
+    /// Run `f` with the workers paused (ports home, their counters and
+    /// state current), then resume them if they ran.
+    fn paused<R>(&mut self, f: impl FnOnce(&Self) -> R) -> Res<R> {
+        let was = self.pipeline.is_running();
+        if was {
+            self.pipeline.pause()?;
+        }
+        let r = f(self);
+        if was {
+            self.pipeline.start()?;
+        }
+        Ok(r)
+    }
+
+    pub fn get_port_stats(&mut self, name: &str) -> Res<pb::GetPortStatsResponse> {
+        self.port(name)?;
+        let s = self.paused(|d| d.port(name).map(|p| p.port.stats()))??;
         let stat = |packets, dropped, bytes| pb::get_port_stats_response::Stat {
             packets,
             dropped,
@@ -810,8 +827,18 @@ impl Daemon {
         })
     }
 
-    pub fn get_link_status(&self, name: &str) -> Res<pb::GetLinkStatusResponse> {
-        let l = self.port(name)?.port.lock().link();
+    fn link(&mut self, name: &str) -> Res<nfkit_port::LinkStatus> {
+        self.port(name)?;
+        self.paused(|d| {
+            d.port(name)
+                .ok()
+                .and_then(|p| p.port.with_port(|p| p.link()))
+        })?
+        .ok_or_else(|| Fail::busy(format!("port `{name}` is in use by a worker")))
+    }
+
+    pub fn get_link_status(&mut self, name: &str) -> Res<pb::GetLinkStatusResponse> {
+        let l = self.link(name)?;
         Ok(pb::GetLinkStatusResponse {
             error: None,
             speed: l.speed_mbps.unwrap_or(0),
@@ -821,14 +848,15 @@ impl Daemon {
         })
     }
 
-    pub fn get_port_conf(&self, name: &str) -> Res<pb::GetPortConfResponse> {
-        let p = self.port(name)?.port.lock();
+    pub fn get_port_conf(&mut self, name: &str) -> Res<pb::GetPortConfResponse> {
+        let l = self.link(name)?;
+        let mac = self.port(name)?.mac;
         Ok(pb::GetPortConfResponse {
             error: None,
             conf: Some(pb::PortConf {
-                mac_addr: mac_str(p.mac()),
+                mac_addr: mac_str(mac),
                 mtu: 1500,
-                admin_up: p.link().up,
+                admin_up: l.up,
             }),
         })
     }

@@ -17,11 +17,28 @@ async fn wait_until(c: &mut Client, module: &str, what: &str, min: u64) {
         if desc_value(&r.desc, what) >= min {
             return;
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{module}: {what} stayed below {min}: {}",
-            r.desc
-        );
+        if t.elapsed() > Duration::from_secs(20) {
+            let mut all = String::new();
+            for m in ok!(c.list_modules(pb::EmptyRequest {})).modules {
+                let i = ok!(c.get_module_info(pb::GetModuleInfoRequest {
+                    name: m.name.clone()
+                }));
+                all += &format!(
+                    "\n  {}: {} ogates={:?}",
+                    m.name,
+                    i.desc,
+                    i.ogates
+                        .iter()
+                        .map(|o| (o.ogate, o.name.clone()))
+                        .collect::<Vec<_>>()
+                );
+            }
+            let w = ok!(c.list_workers(pb::EmptyRequest {}));
+            panic!(
+                "{module}: {what} stayed below {min}: {}{all}\n{w:?}",
+                r.desc
+            );
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

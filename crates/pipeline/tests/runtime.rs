@@ -177,20 +177,26 @@ fn any_gate_can_be_captured_to_pcap() {
 }
 
 #[test]
-fn a_packet_loop_is_cut_and_counted_not_a_hang() {
-    // m -> b -> back into m: packets would circle forever.
+fn a_packet_loop_is_refused_when_built_not_cut_at_run_time() {
+    // m -> b -> back into m: packets would circle until the walk is too
+    // deep (issue 14: they were all dropped at run time). The loop is a
+    // property of the graph, refused when it is committed.
     let src = "src::Source(burst=4) -> m::Merge() -> b::Bypass()\nb -> 1:m\n";
-    let mut p = build(src, VirtualClock::new());
-    p.step(3).unwrap();
-    let s = p.stats();
-    for m in &s.modules {
-        assert!(m.balanced(), "{m:?}");
-    }
-    assert_eq!(s.module("src").unwrap().created, 12);
-    assert_eq!(
-        s.dropped(),
-        12,
-        "every packet dropped once the walk is too deep"
+    let opts = BuildOptions {
+        clock: VirtualClock::new(),
+        ..BuildOptions::default()
+    };
+    let err = parse(src, "t.nfk")
+        .unwrap()
+        .build_with(&|_| unreachable!(), opts)
+        .err()
+        .expect("a loop with no task is refused")
+        .to_string();
+    assert!(
+        err.starts_with(
+            "t.nfk:1:25: modules `m` -> `b` -> `m` form a loop with no task (Queue) in it"
+        ),
+        "{err}"
     );
 }
 
@@ -269,4 +275,24 @@ fn a_reader_without_a_writer_is_refused_unless_allowed() {
         g.connect("ts", 0, "lat", 0)
     })
     .unwrap();
+}
+
+#[test]
+fn packets_for_an_unconnected_gate_do_not_starve_the_connected_ones() {
+    use nfkit_pipeline::modules::{Replicate, Sink, Source};
+    use nfkit_pipeline::Graph;
+    let pool = nfkit_port::software_pool("t", 1024).unwrap();
+    let mut g = Graph::new();
+    g.add_module("src", Box::new(Source::new(pool.clone(), &[], 60, 32)))
+        .unwrap();
+    g.add_module("rep", Box::new(Replicate::new(2))).unwrap();
+    g.add_module("sink", Box::new(Sink::new(&pool))).unwrap();
+    g.connect("src", 0, "rep", 0).unwrap();
+    g.connect("rep", 0, "sink", 0).unwrap();
+    // rep:1 is unconnected: its copies are dropped, every round.
+    let mut p = Pipeline::new(g, VirtualClock::new()).unwrap();
+    p.step(20).unwrap();
+    let s = p.stats();
+    assert_eq!(s.module("sink").unwrap().consumed, 20 * 32, "{s}");
+    assert_eq!(s.module("rep").unwrap().dropped, 20 * 32, "{s}");
 }
