@@ -23,6 +23,8 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("iperf3", "iperf3"),
     ("socat", "socat"),
     ("tcpdump", "tcpdump"),
+    // The BPF module compiles tcpdump filters with libpcap (`pcap` crate).
+    ("/usr/lib/x86_64-linux-gnu/libpcap.so", "libpcap-dev"),
     ("tshark", "tshark"),
     ("traceroute", "traceroute"),
     ("valgrind", "valgrind"),

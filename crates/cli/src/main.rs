@@ -185,8 +185,13 @@ fn main() -> Result<()> {
         Cmd::Bench { args } => std::process::exit(nfkit::bench::run(&args)?),
         Cmd::Run { file, seconds } => print!("{}", nfkit_lab::run::run(&file, seconds)?),
         Cmd::Doctor => {
-            use nfkit_lab::doctor::{checks, report, System};
-            print!("{}", report(&checks(&System::live())));
+            use nfkit_lab::doctor::{checks, failures, report, System};
+            let checks = checks(&System::live());
+            print!("{}", report(&checks));
+            let failed = failures(&checks);
+            if failed > 0 {
+                bail!("{failed} check(s) failed (see the fixes above)");
+            }
         }
     }
     Ok(())

@@ -1,7 +1,14 @@
 //! `nfkit doctor`: checks what this machine offers each kind of port and
 //! prints the fix for what is missing (hugepages, IOMMU and VFIO, device
 //! bindings, permissions, TUN, BPF). It only reads the system.
+//!
+//! A device the kernel is using (one of its interfaces is up, addressed
+//! or routed) is listed as in use, with no advice to unbind it: that
+//! advice would cut the machine off. The command exits non-zero only when
+//! a check fails; optional parts that are missing are notes.
 
+use nfkit_hw::linux::{NetView, SysfsDevice};
+use nfkit_hw::PciAddress;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -20,10 +27,20 @@ pub const IXGBE_DEVICE_IDS: &[(u16, &str)] = &[
     (0x10D8, "82599 (EEPROM-less default ID)"),
 ];
 
+/// How a finding counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Ok,
+    /// Worth knowing (an optional part is missing, a device is in use),
+    /// not a failure.
+    Note,
+    Fail,
+}
+
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
-    pub ok: bool,
+    pub level: Level,
     pub what: String,
     /// How to fix it, when not ok.
     pub fix: Option<String>,
@@ -32,25 +49,46 @@ pub struct Check {
 impl Check {
     fn ok(what: impl Into<String>) -> Check {
         Check {
-            ok: true,
+            level: Level::Ok,
             what: what.into(),
             fix: None,
         }
     }
     fn bad(what: impl Into<String>, fix: impl Into<String>) -> Check {
         Check {
-            ok: false,
+            level: Level::Fail,
             what: what.into(),
             fix: Some(fix.into()),
         }
     }
+    fn note(what: impl Into<String>, fix: Option<String>) -> Check {
+        Check {
+            level: Level::Note,
+            what: what.into(),
+            fix,
+        }
+    }
+    /// The same finding as a note (an optional part).
+    fn optional(mut self) -> Check {
+        if self.level == Level::Fail {
+            self.level = Level::Note;
+        }
+        self
+    }
 }
 
-/// Where the system files are (a fake tree in tests).
+/// How many checks failed.
+pub fn failures(checks: &[Check]) -> usize {
+    checks.iter().filter(|c| c.level == Level::Fail).count()
+}
+
+/// Where the system files are (a fake tree in tests), and the kernel's
+/// interfaces, addresses and routes.
 #[derive(Debug, Clone)]
 pub struct System {
     pub root: PathBuf,
     pub euid_is_root: bool,
+    pub net: NetView,
 }
 
 impl System {
@@ -66,6 +104,7 @@ impl System {
         System {
             root: PathBuf::from("/"),
             euid_is_root,
+            net: NetView::live(),
         }
     }
 
@@ -119,11 +158,19 @@ pub fn checks(sys: &System) -> Vec<Check> {
             "bpffs not mounted (only needed to pin AF_XDP programs)",
             "mount -t bpf bpf /sys/fs/bpf",
         )
+        .optional()
     });
-    out.push(hugepage_check(sys));
-    out.push(hugetlbfs_check(sys));
-    out.push(iommu_check(sys));
-    out.extend(device_checks(sys));
+    let (devices, takeable) = device_checks(sys);
+    // hugepages matter only with a PCI device nfkit may take
+    let hugepages = hugepage_check(sys);
+    out.push(if takeable {
+        hugepages
+    } else {
+        hugepages.optional()
+    });
+    out.push(hugetlbfs_check(sys).optional());
+    out.push(iommu_check(sys).optional());
+    out.extend(devices);
     out
 }
 
@@ -184,10 +231,16 @@ fn read_hex(path: &Path) -> Option<u16> {
     u16::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
 }
 
-fn device_checks(sys: &System) -> Vec<Check> {
+/// The checks of the 82599 and VirtIO-net devices, and whether one of
+/// them is free for nfkit to take.
+fn device_checks(sys: &System) -> (Vec<Check>, bool) {
     let mut out = Vec::new();
+    let mut takeable = false;
     let Ok(dir) = fs::read_dir(sys.path("/sys/bus/pci/devices")) else {
-        return vec![Check::bad("cannot list PCI devices", "is /sys mounted?")];
+        return (
+            vec![Check::bad("cannot list PCI devices", "is /sys mounted?")],
+            false,
+        );
     };
     let mut entries: Vec<_> = dir.flatten().collect();
     entries.sort_by_key(|e| e.file_name());
@@ -215,13 +268,33 @@ fn device_checks(sys: &System) -> Vec<Check> {
             "{addr}: {kind}, driver {}",
             driver.as_deref().unwrap_or("none")
         );
+        let in_use = addr
+            .parse::<PciAddress>()
+            .ok()
+            .and_then(|a| SysfsDevice::new(sys.path("/sys"), a).ok())
+            .map(|d| d.in_use(&sys.net))
+            .unwrap_or_default();
+        takeable |= in_use.is_empty();
         out.push(match driver.as_deref() {
             None | Some("uio_pci_generic") | Some("vfio-pci") => Check::ok(format!("{what}: usable as pci:{addr}")),
+            Some(_) if !in_use.is_empty() => {
+                let why: Vec<String> = in_use.iter().map(|n| n.summary()).collect();
+                let detail: Vec<String> = in_use.iter().map(|n| n.to_string()).collect();
+                Check::note(
+                    format!(
+                        "{what}: in use ({}): the kernel carries traffic over it ({}); nfkit refuses to take it",
+                        why.join(", "),
+                        detail.join(", ")
+                    ),
+                    None,
+                )
+            }
             Some(other) => Check::bad(
-                format!("{what}: bound to the kernel driver {other}"),
+                format!("{what}: bound to the kernel driver {other}, not in use (no interface up, addressed or routed)"),
                 format!(
                     "echo {addr} > /sys/bus/pci/devices/{addr}/driver/unbind  (or bind to vfio-pci: \
-                     echo vfio-pci > /sys/bus/pci/devices/{addr}/driver_override && echo {addr} > /sys/bus/pci/drivers_probe)"
+                     echo vfio-pci > /sys/bus/pci/devices/{addr}/driver_override && echo {addr} > /sys/bus/pci/drivers_probe); \
+                     nfkit unbinds it itself and binds {other} again on exit"
                 ),
             ),
         });
@@ -231,14 +304,19 @@ fn device_checks(sys: &System) -> Vec<Check> {
             "no 82599 or VirtIO-net devices (use sim:, afpacket:, afxdp:, tap:, pcap: or null: ports)",
         ));
     }
-    out
+    (out, takeable)
 }
 
 /// The report as text.
 pub fn report(checks: &[Check]) -> String {
     let mut s = String::new();
     for c in checks {
-        let _ = writeln!(s, "[{}] {}", if c.ok { " ok " } else { "FAIL" }, c.what);
+        let tag = match c.level {
+            Level::Ok => " ok ",
+            Level::Note => "note",
+            Level::Fail => "FAIL",
+        };
+        let _ = writeln!(s, "[{tag}] {}", c.what);
         if let Some(fix) = &c.fix {
             let _ = writeln!(s, "       fix: {fix}");
         }
@@ -274,13 +352,43 @@ mod tests {
             r.join("sys/bus/pci/devices/0000:03:00.0/driver"),
         )
         .unwrap();
+        // a VirtIO NIC carrying the machine's traffic: eth0, up and routed
+        let vio = "sys/bus/pci/devices/0000:00:03.0";
+        write(r, &format!("{vio}/vendor"), "0x1af4\n");
+        write(r, &format!("{vio}/device"), "0x1041\n");
+        write(r, &format!("{vio}/virtio0/net/eth0/flags"), "0x1003\n");
+        fs::create_dir_all(r.join("sys/bus/pci/drivers/virtio-pci")).unwrap();
+        std::os::unix::fs::symlink(
+            r.join("sys/bus/pci/drivers/virtio-pci"),
+            r.join(format!("{vio}/driver")),
+        )
+        .unwrap();
+        write(
+            r,
+            "proc/net/route",
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\n\
+             eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\n",
+        );
         write(r, "sys/bus/pci/devices/0000:00:04.0/vendor", "0x1af4\n");
         write(r, "sys/bus/pci/devices/0000:00:04.0/device", "0x1000\n");
         let sys = System {
             root: r.to_path_buf(),
             euid_is_root: false,
+            net: NetView::fake(r.join("proc"), vec![]),
         };
-        let text = report(&checks(&sys));
+        let all = checks(&sys);
+        let text = report(&all);
+        assert!(
+            text.contains("[note] 0000:00:03.0: VirtIO-net (modern), driver virtio-pci: in use (route via eth0)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("echo 0000:00:03.0"),
+            "no advice that would cut the machine off: {text}"
+        );
+        // not root, no TUN, no hugepages (with a free 82599), the free
+        // 82599 bound to ixgbe
+        assert_eq!(failures(&all), 4, "{text}");
         assert!(
             text.contains("echo 512 > /proc/sys/vm/nr_hugepages"),
             "{text}"

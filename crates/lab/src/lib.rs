@@ -266,7 +266,10 @@ mod tests {
     #[test]
     fn registry_opens_vhost_user_pairs_and_passes_other_pci_devices_on() {
         let reg = registry(SimLab::new(SimWire::Open, 1), 1);
-        let opts = OpenOptions { pool_buffers: 1024 };
+        let opts = OpenOptions {
+            pool_buffers: 1024,
+            ..OpenOptions::default()
+        };
         let path = std::env::temp_dir().join(format!("nfkit-lab-{}.sock", std::process::id()));
         let be = reg
             .open_str(&format!("vhost-user:{}", path.display()), &opts)

@@ -9,6 +9,17 @@
 //! - Static entries (`--static MAC@PORT`) never age and win over learning.
 //! - A full table learns nothing new (counted in `learn_failed`) but still
 //!   forwards: frames to unknown addresses are flooded, as on any switch.
+//! - Frames to the reserved addresses 01-80-C2-00-00-00 to -0F (802.1D
+//!   §7.12.6: BPDUs, pause, LACP, 802.1X, LLDP) are never relayed
+//!   (`reserved_address`); the bridge runs no protocol that would consume
+//!   them (no spanning tree: loops must be avoided by the topology). Their
+//!   source is still learned.
+//! - Ageing time (802.1D §7.9.2): `--expire`, default 300 s as the
+//!   standard recommends; the standard's range is 10 s to 1 000 000 s,
+//!   shorter values are accepted (tests use them).
+//! - Each rule has a test named by its clause in
+//!   `crates/nf/tests/bridge_8021d.rs`. Not met: the spanning tree
+//!   protocol (§17) and port states; per-VLAN learning (802.1Q).
 //! - The bridge is L2 only: ARP, IPv6, anything with an Ethernet header
 //!   passes; only frames shorter than 14 bytes are dropped (`malformed`).
 
@@ -231,6 +242,9 @@ impl NetworkFunction for Bridge {
         };
         let (src, dst) = (eth.src(), eth.dst());
         self.learn(src, in_port, now);
+        if dst.0[..5] == [0x01, 0x80, 0xc2, 0x00, 0x00] && dst.0[5] & 0xf0 == 0 {
+            return Verdict::Drop(DropReason::ReservedAddress);
+        }
         let known = if dst.is_multicast() {
             None
         } else {

@@ -8,7 +8,7 @@
 //!
 //! | NF | type | config |
 //! |---|---|---|
-//! | NAPT, RFC 3022/4787 | [`Nat`] | [`NatConfig`] |
+//! | NAPT, RFC 3022/4787/5382/5508 | [`Nat`] | [`NatConfig`] |
 //! | MAC-learning bridge | [`Bridge`] | [`BridgeConfig`] |
 //! | Maglev load balancer | [`LoadBalancer`] | [`LbConfig`] |
 //! | per-destination policer | [`Policer`] | [`PolicerConfig`] |
@@ -60,7 +60,7 @@ pub use bridge::{Bridge, BridgeConfig, MacEntry, StaticEntry};
 pub use config::{ConfigError, Ipv4Prefix, PortRange};
 pub use firewall::{Firewall, FirewallConfig};
 pub use lb::{Backend, BackendSpec, BackendsFull, LbConfig, LoadBalancer};
-pub use nat::{Mapping, Nat, NatConfig};
+pub use nat::{Filtering, Mapping, Nat, NatConfig, NatTimeouts};
 pub use policer::{Policer, PolicerConfig};
 pub use registry::{build, build_for_ports, nf_list, BoxedNf, NFS};
 pub use router::{Iface, Neighbor, Route, Router, RouterConfig};

@@ -5,12 +5,19 @@
 //! 1. non-IPv4 → `not_ipv4` (the router speaks no ARP: neighbours are
 //!    static, `--neighbor IP,MAC`); bad headers → `malformed`; wrong
 //!    header checksum → `bad_checksum` (§5.2.2 MUST verify);
-//! 2. to one of the router's own addresses → `local_delivery` (no stack);
-//! 3. TTL 0 or 1 → ICMP Time Exceeded, code 0 (§5.3.1, RFC 792);
-//! 4. no route → ICMP Destination Unreachable, code 0 "net" (§5.2.7.1);
-//! 5. next hop = the route's gateway, or the destination for a connected
+//! 2. martians → `martian`, silently (§5.3.7; always on, the switch the
+//!    RFC allows is not offered): a source in 0/8, 127/8, 224/4 or 240/4
+//!    (limited broadcast included); a destination in 0/8, 127/8 or
+//!    240/4; the limited broadcast or a connected subnet's broadcast
+//!    address (§5.3.5: not forwarded; directed broadcasts off as RFC 2644
+//!    asks); a multicast destination (no multicast routing); a frame
+//!    received as a link-layer broadcast/multicast (§5.3.4);
+//! 3. to one of the router's own addresses → `local_delivery` (no stack);
+//! 4. TTL 0 or 1 → ICMP Time Exceeded, code 0 (§5.3.1, RFC 792);
+//! 5. no route → ICMP Destination Unreachable, code 0 "net" (§5.2.7.1);
+//! 6. next hop = the route's gateway, or the destination for a connected
 //!    route; its MAC from the neighbour table, else `no_neighbour`;
-//! 6. TTL − 1 with an incremental checksum update (RFC 1624), source MAC =
+//! 7. TTL − 1 with an incremental checksum update (RFC 1624), source MAC =
 //!    the output interface's, destination MAC = the next hop's; forward.
 //!
 //! ICMP errors replace the packet in its buffer (it may grow): IPv4 from
@@ -22,7 +29,16 @@
 //! IP broadcast/multicast, or a source that is not a unique host; those
 //! packets are dropped as `ttl_exceeded` / `no_route`. With `--icmp-rate`
 //! errors are limited to that many per second (burst of the same
-//! number), excess dropped as `icmp_rate_limited`.
+//! number), excess dropped as `icmp_rate_limited` (§4.3.2.8 asks that
+//! the rate can be limited; the default is unlimited, an RFC choice).
+//!
+//! Each rule has a test named by its section in `crates/nf/tests/router_rfc.rs`.
+//! RFC 1812 forwarding rules not met, and why: no IP options are
+//! processed (source routes, record route: §5.2.4, forwarded unchanged);
+//! no fragmentation (§5.2.6: a packet larger than the output MTU is
+//! dropped by the port, and no "fragmentation needed" error is sent, as
+//! the router knows no MTU); no Redirects (§5.2.7.2, a SHOULD); no ARP
+//! (static neighbours).
 
 use std::net::Ipv4Addr;
 use std::str::FromStr;
@@ -353,6 +369,9 @@ impl Router {
             return Verdict::Drop(DropReason::BadChecksum);
         }
         let dst = ip.dst();
+        if self.is_martian(f[0] & 1 == 1, ip.src(), dst) {
+            return Verdict::Drop(DropReason::Martian);
+        }
         if self.ifaces.iter().any(|i| i.ip == dst) {
             return Verdict::Drop(DropReason::LocalDelivery);
         }
@@ -390,6 +409,21 @@ impl Router {
         f[0..6].copy_from_slice(&next_mac.0);
         f[6..12].copy_from_slice(&self.ifaces[port].mac.0);
         Verdict::Forward { port, len }
+    }
+
+    /// RFC 1812 §5.3.7 (martian addresses), §5.3.5 (broadcasts), §5.3.4
+    /// (link-layer broadcasts).
+    fn is_martian(&self, link_group: bool, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+        let net = |a: Ipv4Addr| a.octets()[0];
+        let bad_src = matches!(net(src), 0 | 127) || src.is_multicast() || net(src) >= 240;
+        let bad_dst = matches!(net(dst), 0 | 127) || net(dst) >= 240 || dst.is_multicast();
+        let directed_broadcast = self.ifaces.iter().any(|i| {
+            i.prefix_len < 31
+                && u32::from(dst) | Ipv4Prefix::mask(i.prefix_len) == u32::MAX
+                && u32::from(dst) & Ipv4Prefix::mask(i.prefix_len)
+                    == u32::from(i.ip) & Ipv4Prefix::mask(i.prefix_len)
+        });
+        bad_src || bad_dst || directed_broadcast || link_group
     }
 
     /// Replace the packet with an ICMP error of `kind` (code 0) about it,

@@ -166,18 +166,28 @@ struct Entry<V> {
     prev: SlotId,
     next: SlotId,
     used: bool,
+    /// The LRU list the entry is on.
+    list: u8,
 }
 
-/// A fixed pool of values in least-recently-used order.
+/// A fixed pool of values in least-recently-used order, on one or more
+/// LRU lists (one per idle timeout, e.g. the NAT's TCP-established and
+/// UDP mappings), so the oldest entry of each list is at its head.
 pub struct Slots<V> {
     entries: Vec<Entry<V>>,
     free: Vec<SlotId>,
-    head: SlotId,
-    tail: SlotId,
+    /// (head, tail) of each list.
+    lists: Vec<(SlotId, SlotId)>,
 }
 
 impl<V: Default> Slots<V> {
+    /// `capacity` slots on one LRU list.
     pub fn new(capacity: usize) -> Slots<V> {
+        Slots::with_lists(capacity, 1)
+    }
+
+    /// `capacity` slots on `lists` LRU lists (1 to 256).
+    pub fn with_lists(capacity: usize, lists: usize) -> Slots<V> {
         let entries = (0..capacity)
             .map(|_| Entry {
                 value: V::default(),
@@ -185,13 +195,13 @@ impl<V: Default> Slots<V> {
                 prev: NONE,
                 next: NONE,
                 used: false,
+                list: 0,
             })
             .collect();
         Slots {
             entries,
             free: (0..capacity as u32).rev().collect(),
-            head: NONE,
-            tail: NONE,
+            lists: vec![(NONE, NONE); lists.clamp(1, 256)],
         }
     }
 }
@@ -215,20 +225,40 @@ impl<V> Slots<V> {
 
     /// Take a slot for `value`, newest in LRU order. None when full.
     pub fn alloc(&mut self, value: V, now: u64) -> Option<SlotId> {
+        self.alloc_on(0, value, now)
+    }
+
+    /// Take a slot for `value`, newest on LRU list `list`. None when full.
+    pub fn alloc_on(&mut self, list: u8, value: V, now: u64) -> Option<SlotId> {
         let id = self.free.pop()?;
         let e = &mut self.entries[id as usize];
         e.value = value;
         e.used = true;
         e.last_seen = now;
+        e.list = list.min((self.lists.len() - 1) as u8);
         self.push_tail(id);
         Some(id)
     }
 
-    /// Mark `id` used at `now`: it becomes the newest.
+    /// Mark `id` used at `now`: it becomes the newest of its list.
     pub fn touch(&mut self, id: SlotId, now: u64) {
         self.unlink(id);
         self.entries[id as usize].last_seen = now;
         self.push_tail(id);
+    }
+
+    /// Move `id` to list `list` as its newest entry (last seen: `now`).
+    pub fn move_to(&mut self, id: SlotId, list: u8, now: u64) {
+        self.unlink(id);
+        let e = &mut self.entries[id as usize];
+        e.last_seen = now;
+        e.list = list.min((self.lists.len() - 1) as u8);
+        self.push_tail(id);
+    }
+
+    /// The list `id` is on.
+    pub fn list_of(&self, id: SlotId) -> u8 {
+        self.entries[id as usize].list
     }
 
     pub fn free(&mut self, id: SlotId) {
@@ -253,19 +283,28 @@ impl<V> Slots<V> {
 
     /// The least recently used slot if it has been idle for `timeout` ns or more.
     pub fn oldest_expired(&self, now: u64, timeout: u64) -> Option<SlotId> {
-        if self.head == NONE {
-            return None;
-        }
-        let e = &self.entries[self.head as usize];
-        (now.saturating_sub(e.last_seen) >= timeout).then_some(self.head)
+        self.oldest_expired_on(0, now, timeout)
     }
 
-    /// Used slots, oldest first.
+    /// The least recently used slot of list `list` if it has been idle
+    /// for `timeout` ns or more.
+    pub fn oldest_expired_on(&self, list: u8, now: u64, timeout: u64) -> Option<SlotId> {
+        let head = self.lists.get(usize::from(list))?.0;
+        if head == NONE {
+            return None;
+        }
+        let e = &self.entries[head as usize];
+        (now.saturating_sub(e.last_seen) >= timeout).then_some(head)
+    }
+
+    /// Used slots, list by list, oldest first in each.
     pub fn iter(&self) -> impl Iterator<Item = (SlotId, &V)> + '_ {
-        let mut id = self.head;
+        let mut list = 0;
+        let mut id = self.lists[0].0;
         std::iter::from_fn(move || {
-            if id == NONE {
-                return None;
+            while id == NONE {
+                list += 1;
+                id = self.lists.get(list)?.0;
             }
             let cur = id;
             id = self.entries[cur as usize].next;
@@ -274,32 +313,34 @@ impl<V> Slots<V> {
     }
 
     fn unlink(&mut self, id: SlotId) {
-        let (prev, next) = {
+        let (prev, next, list) = {
             let e = &self.entries[id as usize];
-            (e.prev, e.next)
+            (e.prev, e.next, usize::from(e.list))
         };
         if prev == NONE {
-            self.head = next;
+            self.lists[list].0 = next;
         } else {
             self.entries[prev as usize].next = next;
         }
         if next == NONE {
-            self.tail = prev;
+            self.lists[list].1 = prev;
         } else {
             self.entries[next as usize].prev = prev;
         }
     }
 
     fn push_tail(&mut self, id: SlotId) {
+        let list = usize::from(self.entries[id as usize].list);
+        let tail = self.lists[list].1;
         let e = &mut self.entries[id as usize];
-        e.prev = self.tail;
+        e.prev = tail;
         e.next = NONE;
-        if self.tail == NONE {
-            self.head = id;
+        if tail == NONE {
+            self.lists[list].0 = id;
         } else {
-            self.entries[self.tail as usize].next = id;
+            self.entries[tail as usize].next = id;
         }
-        self.tail = id;
+        self.lists[list].1 = id;
     }
 }
 

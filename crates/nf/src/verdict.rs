@@ -134,6 +134,13 @@ drop_reasons! {
     IcmpRateLimited = "icmp_rate_limited",
     /// Router: addressed to the router itself (it has no local stack).
     LocalDelivery = "local_delivery",
+    /// Router: a martian (RFC 1812 §5.3.7: invalid source or destination
+    /// address), a broadcast (§5.3.5) or multicast (no multicast routing)
+    /// destination, or a link-layer broadcast/multicast frame (§5.3.4).
+    Martian = "martian",
+    /// Bridge: to an IEEE 802.1D reserved address (01-80-C2-00-00-0x),
+    /// which a bridge never relays.
+    ReservedAddress = "reserved_address",
     /// A control message the NF consumed (LB heartbeat): not an error.
     Consumed = "consumed",
 }

@@ -288,8 +288,19 @@ fn options_vlan_and_fragments() {
         .fragment(false, 3)
         .payload(&[7; 8])
         .build();
+    // It follows its first fragment (same addresses, protocol and IP ID).
+    let (v, o) = run(&mut n, &later, LAN, secs(0));
+    fwd(v, WAN);
+    let l = parse_ipv4(&o).unwrap();
+    assert_eq!(&o[l.l3 + 12..l.l3 + 16], &[203, 0, 113, 1]);
+    assert_eq!(checksum::checksum(&o[l.l3..l.l4]), 0);
+    // One of another datagram has no first fragment to follow.
+    let mut other = FrameBuilder::udp((ip("10.0.0.5"), 1000), (ip("8.8.8.8"), 53))
+        .fragment(false, 3)
+        .payload(&[7; 8]);
+    other.ident = 99;
     assert_eq!(
-        run(&mut n, &later, LAN, secs(0)).0,
+        run(&mut n, &other.build(), LAN, secs(0)).0,
         Verdict::Drop(DropReason::Fragment)
     );
 }
@@ -424,8 +435,12 @@ fn config_errors() {
         .parse()
         .unwrap();
     assert_eq!(
-        (c.lan, c.wan, c.expire),
-        (1, 0, std::time::Duration::from_millis(500))
+        (c.lan, c.wan, c.timeouts),
+        (
+            1,
+            0,
+            nfkit_nf::NatTimeouts::all(std::time::Duration::from_millis(500))
+        )
     );
 }
 

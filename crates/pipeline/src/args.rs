@@ -19,6 +19,10 @@ pub enum Value {
     /// A bare name (a port, a policy, a mode).
     Ident(String),
     List(Vec<Value>),
+    /// A record of named values: a module command's argument, or one
+    /// entry of a list of rules (`.nfk`: `(name=value, ...)`; BESS: a
+    /// protobuf message).
+    Map(Vec<(String, Value)>),
 }
 
 impl fmt::Display for Value {
@@ -38,6 +42,16 @@ impl fmt::Display for Value {
                 }
                 f.write_str("]")
             }
+            Value::Map(m) => {
+                f.write_str("(")?;
+                for (i, (k, v)) in m.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{k}={v}")?;
+                }
+                f.write_str(")")
+            }
         }
     }
 }
@@ -50,6 +64,7 @@ impl Value {
             Value::Str(_) => "a string",
             Value::Ident(_) => "a name",
             Value::List(_) => "a list",
+            Value::Map(_) => "a record",
         }
     }
 }
@@ -100,6 +115,67 @@ impl Args {
                 .map(|(k, v)| (k.to_string(), v.clone(), Pos::default()))
                 .collect(),
         )
+    }
+
+    /// The arguments of a record value (`Value::Map`).
+    pub fn from_value(name: &str, v: Value) -> Result<Args, ArgError> {
+        match v {
+            Value::Map(m) => Ok(Args::new(
+                m.into_iter().map(|(k, v)| (k, v, Pos::default())).collect(),
+            )),
+            v => Err(Self::wrong(name, "a record `(name=value, ...)`", &v)),
+        }
+    }
+
+    /// The arguments as a record value (what [`Args::from_value`] reads).
+    pub fn into_value(self) -> Value {
+        Value::Map(self.items.into_iter().map(|(k, v, _)| (k, v)).collect())
+    }
+
+    /// A list of records (a single record is a list of one); each comes
+    /// back as its own `Args`, to be read and [`finish`](Args::finish)ed.
+    pub fn records(&mut self, name: &str) -> Result<Option<Vec<Args>>, ArgError> {
+        match self.take(name) {
+            None => Ok(None),
+            Some(Value::List(l)) => l
+                .into_iter()
+                .map(|v| Args::from_value(name, v))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(v) => Args::from_value(name, v).map(|a| Some(vec![a])),
+        }
+    }
+
+    /// A list of strings (a single string is a list of one).
+    pub fn str_list(&mut self, name: &str) -> Result<Option<Vec<String>>, ArgError> {
+        let l = match self.take(name) {
+            None => return Ok(None),
+            Some(Value::List(l)) => l,
+            Some(v) => vec![v],
+        };
+        l.into_iter()
+            .map(|v| match v {
+                Value::Str(s) | Value::Ident(s) => Ok(s),
+                v => Err(Self::wrong(name, "a list of strings", &v)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// A flag: `0`/`1`, or the names `true`/`false`.
+    pub fn bool_or(&mut self, name: &str, default: bool) -> Result<bool, ArgError> {
+        match self.take(name) {
+            None => Ok(default),
+            Some(Value::Int(v @ (0 | 1))) => Ok(v == 1),
+            Some(Value::Ident(s) | Value::Str(s)) if s == "true" || s == "True" => Ok(true),
+            Some(Value::Ident(s) | Value::Str(s)) if s == "false" || s == "False" => Ok(false),
+            Some(v) => Err(Self::wrong(name, "a flag (0, 1, true, false)", &v)),
+        }
+    }
+
+    /// Whether no argument is left to read.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
     }
 
     /// Where argument `name` was written.

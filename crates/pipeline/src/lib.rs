@@ -32,18 +32,20 @@
 //!
 //! ```text
 //! file      = { statement } ;
-//! statement = port | worker | tc | attach | chain ;
+//! statement = port | worker | tc | attach | command | chain ;
 //! port      = "port" NAME "=" STRING ;                  port p0 = "afpacket:veth0"
 //! worker    = "worker" NAME [ "core" "=" INT ] ;        worker w0 core=0
 //! tc        = "tc" NAME "=" POLICY "(" [ args ] ")" ;   tc rl = rate_limit(parent=root, resource=bit, limit=10M)
 //! attach    = NAME "." "attach" "(" [ args ] ")" ;      src.attach(tc=rl)
+//! command   = NAME "." CMD "(" [ args ] ")" ;           em.add(gate=1, fields=[0x0a000001])
 //! chain     = endpoint { "->" endpoint } ;              a:1 -> 0:b -> Sink()
 //! endpoint  = [ INT ":" ] node [ ":" INT ] ;            input gate before, output gate after
 //! node      = NAME "::" CLASS "(" [ args ] ")"          a named new module
 //!           | CLASS "(" [ args ] ")"                    an anonymous one (named class+index: sink3)
 //!           | NAME ;                                    a module declared earlier
 //! args      = arg { "," arg } [ "," ] ;   arg = NAME "=" value ;
-//! value     = INT | FLOAT | STRING | NAME | "[" [ value { "," value } ] "]" ;
+//! value     = INT | FLOAT | STRING | NAME | "[" [ value { "," value } ] "]"
+//!           | "(" [ args ] ")" ;                        a record: (src_ip="10.0.0.0/8", drop=1)
 //! ```
 //!
 //! Integers may be hex (`0x1f`), use `_`, or carry a decimal suffix
@@ -61,6 +63,11 @@
 //!   per second, max_burst=N units)` (burst defaults to 1 ms of `limit`).
 //!   Under a `priority` parent a class needs `priority=N` (lower runs
 //!   first); under `weighted_fair` it needs `share=N`.
+//! * **Module commands**: `m.CMD(args)` runs BESS-style module command
+//!   `CMD` (`add`, `delete`, `clear`, `set_default_gate`, ...) on module
+//!   `m` when it is built, in file order: a classifier's initial
+//!   entries. [`Pipeline::command`] runs the same commands on a running
+//!   pipeline, between batches.
 //! * **Tasks**: `m.attach(tc=NAME, priority=|share=)` puts task module `m`
 //!   under a class; unattached tasks run under the first worker's root.
 //! * **Multi-core**: *duplication*: a copy of the chain per worker, each
@@ -87,6 +94,7 @@ pub mod metadata;
 pub mod module;
 pub mod modules;
 pub mod pipeline;
+pub mod registry;
 mod runtime;
 pub mod sched;
 

@@ -7,6 +7,7 @@
 //! packets on its own (a port input, a source, the far side of a queue)
 //! is a *task*: the scheduler calls its [`Module::run_task`].
 
+use crate::args::{ArgError, Args, Value};
 use crate::counters::ModuleCounters;
 use crate::metadata::{Attr, AttrSpec};
 use nfkit_hw::{Batch, PktBuf};
@@ -55,6 +56,26 @@ pub trait Module: Send {
     fn extra_stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// A run-time command (BESS's ModuleCommand: `add`, `delete`,
+    /// `clear`, `set_default_gate`, ...) with its argument record, run
+    /// between batches ([`Pipeline::command`](crate::Pipeline::command),
+    /// `.nfk`'s `NAME.CMD(args)`). An implementation reads every
+    /// argument, calls `args.finish(cmd)`, checks everything, and only
+    /// then changes its state: a command that fails changes nothing.
+    /// Returns a result record (an empty list when there is nothing to
+    /// say).
+    fn command(&mut self, cmd: &str, args: &mut Args) -> Result<Value, ArgError> {
+        let _ = args;
+        Err(ArgError::general(format!(
+            "{} has no command `{cmd}`",
+            self.class()
+        )))
+    }
+}
+
+/// What a command that reports nothing returns.
+pub fn no_reply() -> Value {
+    Value::List(Vec::new())
 }
 
 /// What a module sees while it runs: its output gates, its attributes,

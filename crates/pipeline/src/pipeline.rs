@@ -43,6 +43,13 @@ pub enum PipelineError {
     WorkerLost(String),
     #[error("the pipeline is running; pause it first")]
     Running,
+    #[error("module `{module}` command `{cmd}`: {source}")]
+    Command {
+        module: String,
+        cmd: String,
+        #[source]
+        source: crate::args::ArgError,
+    },
     #[error("cannot create capture file {path}: {source}")]
     Capture {
         path: String,
@@ -302,6 +309,55 @@ impl Pipeline {
             self.start()?;
         }
         Ok(r)
+    }
+
+    /// Run module command `cmd` (BESS's ModuleCommand) on `module` with
+    /// its argument record, between two batches: a running pipeline
+    /// pauses (every worker finishes its round), the module runs the
+    /// command, and the workers resume. A failing command changes
+    /// nothing. The argument is a [`Value`](crate::args::Value) tree:
+    /// a record (`Value::Map`) of integers, floats, strings, lists and
+    /// nested records; a BESS `*CommandArg` message maps field by field
+    /// (bools as 0/1, `bytes` as a list of integers).
+    pub fn command(
+        &mut self,
+        module: &str,
+        cmd: &str,
+        arg: crate::args::Value,
+    ) -> Result<crate::args::Value, PipelineError> {
+        let id = self.graph.id(module)?;
+        let fail = |source| PipelineError::Command {
+            module: module.to_string(),
+            cmd: cmd.to_string(),
+            source,
+        };
+        let mut args = crate::args::Args::from_value("arg", arg).map_err(fail)?;
+        let was_running = self.running;
+        self.pause()?;
+        let in_slot = self.parked.as_mut().and_then(|states| {
+            states.iter_mut().find_map(|st| {
+                st.runtime
+                    .slots
+                    .get_mut(id)
+                    .and_then(|s| s.as_mut())
+                    .filter(|s| !s.is_half)
+                    .map(|s| &mut s.module)
+            })
+        });
+        let m = match in_slot {
+            Some(m) => Some(m),
+            None => self.graph.nodes[id]
+                .as_mut()
+                .and_then(|n| n.module.as_mut()),
+        };
+        let r = match m {
+            Some(m) => m.command(cmd, &mut args).map_err(fail),
+            None => Err(PipelineError::Graph(GraphError::NoModule(module.into()))),
+        };
+        if was_running {
+            self.start()?;
+        }
+        r
     }
 
     /// Copy the traffic of output gate `ogate` of `module` into a pcap

@@ -47,7 +47,7 @@ pub(crate) mod sys;
 pub mod tap;
 
 pub use model::Model;
-pub use open::{open, software_pool, OpenOptions, Opener, Registry};
+pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
 pub use spec::{PortSpec, SpecError};
 
 pub use nfkit_hw::{Batch, Mempool, PktBuf};

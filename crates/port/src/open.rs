@@ -12,11 +12,75 @@ use nfkit_hw::sim::SimDma;
 pub struct OpenOptions {
     /// Buffers in the port's pool (per port, shared by its queues).
     pub pool_buffers: usize,
+    /// Take a PCI device even though the kernel is using it (one of its
+    /// interfaces is up, addressed or routed): `--force`.
+    pub force: bool,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { pool_buffers: 4096 }
+        OpenOptions {
+            pool_buffers: 4096,
+            force: false,
+        }
+    }
+}
+
+/// `port` holding `guard` until it is dropped, after the port (a
+/// [`nfkit_hw::linux::DriverGuard`] gives a device back to its kernel
+/// driver once the port has let go of it).
+pub fn with_guard<G: Send + 'static>(port: Box<dyn Port>, guard: G) -> Box<dyn Port> {
+    Box::new(Guarded {
+        port,
+        _guard: guard,
+    })
+}
+
+/// Fields drop in order: the port first, then the guard.
+struct Guarded<G> {
+    port: Box<dyn Port>,
+    _guard: G,
+}
+
+impl<G: Send> Port for Guarded<G> {
+    fn name(&self) -> &str {
+        self.port.name()
+    }
+    fn rx_queues(&self) -> usize {
+        self.port.rx_queues()
+    }
+    fn tx_queues(&self) -> usize {
+        self.port.tx_queues()
+    }
+    fn rx_batch(&mut self, queue: usize, batch: &mut crate::Batch) -> usize {
+        self.port.rx_batch(queue, batch)
+    }
+    fn tx_batch(&mut self, queue: usize, batch: &mut crate::Batch) -> usize {
+        self.port.tx_batch(queue, batch)
+    }
+    fn queue_stats(&self, queue: usize) -> crate::QueueStats {
+        self.port.queue_stats(queue)
+    }
+    fn stats(&self) -> crate::QueueStats {
+        self.port.stats()
+    }
+    fn link(&self) -> crate::LinkStatus {
+        self.port.link()
+    }
+    fn mac(&self) -> [u8; 6] {
+        self.port.mac()
+    }
+    fn pool(&self) -> &Mempool {
+        self.port.pool()
+    }
+    fn take_error(&mut self) -> Option<PortError> {
+        self.port.take_error()
+    }
+    fn rx_done(&self) -> bool {
+        self.port.rx_done()
+    }
+    fn flush(&mut self) -> Result<(), PortError> {
+        self.port.flush()
     }
 }
 
@@ -138,6 +202,19 @@ mod tests {
         });
         let p = reg.open_str("sim:0", &OpenOptions::default()).unwrap();
         assert_eq!(p.name(), "null:");
+        // a guard outlives the port it is attached to
+        struct Flag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let g = with_guard(p, Flag(dropped.clone()));
+        assert_eq!(g.name(), "null:");
+        assert!(!dropped.load(std::sync::atomic::Ordering::SeqCst));
+        drop(g);
+        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
         assert!(reg.open_str("nope", &OpenOptions::default()).is_err());
     }
 }

@@ -13,7 +13,7 @@ use crate::error::VirtioError;
 use crate::pci::{check_device, LegacyTransport, ModernTransport, NetConfig, PciNet};
 use crate::spec::net as spec;
 use crate::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
-use nfkit_hw::linux::{HugepageDma, LinuxPci, SysfsDevice};
+use nfkit_hw::linux::{HugepageDma, LinuxPci, NetView, SysfsDevice};
 use nfkit_hw::vfio::VfioContainer;
 use nfkit_hw::{DmaAllocator, PciAddress, PciFunction, SystemClock};
 use nfkit_port::{OpenOptions, Opener, Port, PortError, PortSpec};
@@ -51,18 +51,21 @@ pub fn open_pci(
     }
     let pci = LinuxPci::open(addr).map_err(|e| err(e.into()))?;
     check_device(&pci).map_err(&err)?;
-    sysfs
-        .bind_driver("uio_pci_generic")
+    // Refuses a device the kernel is using; from here on the kernel
+    // driver is bound again on any failure and when the port is dropped.
+    let guard = sysfs
+        .take_from_kernel(&NetView::live(), Some("uio_pci_generic"), opts.force)
         .map_err(|e| err(e.into()))?;
     pci.enable_bus_master().map_err(|e| err(e.into()))?;
     let dma = HugepageDma::new().map_err(|e| err(e.into()))?;
-    if device == spec::PCI_DEVICE_ID_LEGACY {
+    let port: Box<dyn Port> = if device == spec::PCI_DEVICE_ID_LEGACY {
         let bar0 = pci.io_bar(0).map_err(|e| err(e.into()))?;
         let t = LegacyTransport::new(bar0);
-        Ok(Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?))
+        Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?)
     } else {
-        init_modern(pci, &dma, clock, &cfg).map_err(&err)
-    }
+        init_modern(pci, &dma, clock, &cfg).map_err(&err)?
+    };
+    Ok(nfkit_port::with_guard(port, guard))
 }
 
 /// A modern device: registers through the mapped BARs (one load or store

@@ -19,6 +19,7 @@
 //! ```
 
 pub mod hugepages;
+mod in_use;
 pub(crate) mod mapping;
 mod memory;
 pub mod pagemap;
@@ -26,6 +27,7 @@ mod pci;
 pub mod sysfs;
 
 pub use hugepages::{Hugepages, Reservation};
+pub use in_use::{DriverGuard, NetView, Netdev};
 pub use mapping::{Mapping, HUGEPAGE_SIZE};
 pub use memory::HugepageDma;
 pub use pagemap::Pagemap;

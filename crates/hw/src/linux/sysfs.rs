@@ -58,6 +58,11 @@ impl SysfsDevice {
         &self.dir
     }
 
+    /// The sysfs root the device was found under.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// A file in the device's directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
@@ -170,7 +175,7 @@ impl SysfsDevice {
         u16::try_from(v).map_err(|_| pci_err(self.addr, format!("{name} {v:#x} is out of range")))
     }
 
-    fn write_file(&self, path: &Path, text: &str) -> Result<(), HwError> {
+    pub(crate) fn write_file(&self, path: &Path, text: &str) -> Result<(), HwError> {
         std::fs::write(path, text).map_err(|e| match e.kind() {
             std::io::ErrorKind::PermissionDenied => not_permitted(self.addr, path),
             _ => HwError::io(path, e),

@@ -56,6 +56,7 @@ impl FakeSysfs {
             let drv = fake.root().join("bus/pci/drivers").join(driver);
             std::fs::create_dir_all(&drv).unwrap();
             std::fs::write(drv.join("unbind"), "").unwrap();
+            std::fs::write(drv.join("bind"), "").unwrap();
             symlink(format!("../../drivers/{driver}"), dev.join("driver")).unwrap();
         }
         if let Some(group) = opts.iommu_group {
@@ -79,6 +80,38 @@ impl FakeSysfs {
 
     pub fn device_dir(&self) -> PathBuf {
         self.root().join("bus/pci/devices").join(ADDR)
+    }
+
+    /// A kernel network interface of the device with `flags` (0x1 is
+    /// up): `net/<name>/`, or `virtio0/net/<name>/` as for VirtIO.
+    pub fn add_netdev(&self, name: &str, flags: u32, virtio: bool) {
+        let base = if virtio {
+            self.device_dir().join("virtio0")
+        } else {
+            self.device_dir()
+        };
+        let dir = base.join("net").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("flags"), format!("{flags:#x}\n")).unwrap();
+    }
+
+    /// The fake `/proc` (for `net/route`, `net/ipv6_route`).
+    pub fn proc_root(&self) -> PathBuf {
+        let p = self.root().join("proc");
+        std::fs::create_dir_all(p.join("net")).unwrap();
+        p
+    }
+
+    /// Write `/proc/net/route` with these lines after the header.
+    pub fn set_routes(&self, lines: &[&str]) {
+        let mut t = String::from(
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n",
+        );
+        for l in lines {
+            t += l;
+            t += "\n";
+        }
+        std::fs::write(self.proc_root().join("net/route"), t).unwrap();
     }
 
     pub fn read(&self, rel: &str) -> Vec<u8> {

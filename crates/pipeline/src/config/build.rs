@@ -74,13 +74,20 @@ impl Desc {
         }
         for m in &self.modules {
             let mut args = m.args.clone();
-            let module = opts
+            let mut module = opts
                 .registry
                 .build(&m.class, &mut args, &env)
                 .map_err(|e| {
                     let pos = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(m.pos);
                     err(pos, format!("{} `{}`: {e}", m.class, m.name))
                 })?;
+            for c in self.commands.iter().filter(|c| c.module == m.name) {
+                let mut args = c.args.clone();
+                module.command(&c.cmd, &mut args).map_err(|e| {
+                    let pos = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(c.pos);
+                    err(pos, format!("{}.{}: {e}", c.module, c.cmd))
+                })?;
+            }
             g.add_module(&m.name, module)
                 .map_err(|e| err(m.pos, e.to_string()))?;
         }

@@ -101,6 +101,17 @@ pub struct AttachDecl {
     pub pos: Pos,
 }
 
+/// `module.CMD(name=value, ...)`: a module command (BESS's
+/// ModuleCommand) run on the module when it is built, in file order,
+/// such as a classifier's initial entries: `em.add(gate=1, fields=[0x0a000001])`.
+#[derive(Debug, Clone)]
+pub struct CommandDecl {
+    pub module: String,
+    pub cmd: String,
+    pub args: Args,
+    pub pos: Pos,
+}
+
 /// A parsed and name-checked pipeline description.
 #[derive(Debug, Clone, Default)]
 pub struct Desc {
@@ -112,6 +123,8 @@ pub struct Desc {
     pub links: Vec<Link>,
     pub tcs: Vec<TcDecl>,
     pub attachments: Vec<AttachDecl>,
+    /// Module commands, in file order.
+    pub commands: Vec<CommandDecl>,
 }
 
 /// Parse config text with the core module classes. `file` names the

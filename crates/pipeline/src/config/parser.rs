@@ -2,7 +2,9 @@
 //! it goes.
 
 use super::lexer::Tok;
-use super::{AttachDecl, ConfigError, Desc, Link, ModuleDecl, PortDecl, TcDecl, WorkerDecl};
+use super::{
+    AttachDecl, CommandDecl, ConfigError, Desc, Link, ModuleDecl, PortDecl, TcDecl, WorkerDecl,
+};
 use crate::args::{Args, Pos, Value};
 use crate::graph::ROOT_TC;
 use crate::modules::Registry;
@@ -215,10 +217,7 @@ impl<'a> Parser<'a> {
     fn attach(&mut self) -> Result<(), ConfigError> {
         let (module, pos) = self.name("a module name")?;
         self.expect(Tok::Dot, "`.`")?;
-        let (method, mpos) = self.name("`attach`")?;
-        if method != "attach" {
-            return Err(self.error(mpos, format!("unknown method `{method}` (expected attach)")));
-        }
+        let (method, mpos) = self.name("`attach` or a module command")?;
         if !self.desc.modules.iter().any(|m| m.name == module) {
             return Err(self.error(
                 pos,
@@ -226,6 +225,17 @@ impl<'a> Parser<'a> {
             ));
         }
         let mut args = self.args()?;
+        if method != "attach" {
+            // `MODULE.CMD(args)`: a module command run when the module is
+            // built (initial table entries).
+            self.desc.commands.push(CommandDecl {
+                module,
+                cmd: method,
+                args,
+                pos: mpos,
+            });
+            return Ok(());
+        }
         let arg_err = |p: &Parser, args: &Args, e: crate::args::ArgError| {
             let at = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(mpos);
             p.error(at, e.to_string())
@@ -411,6 +421,11 @@ impl<'a> Parser<'a> {
             (Tok::Float(v), _) => Ok(Value::Float(v)),
             (Tok::Str(s), _) => Ok(Value::Str(s)),
             (Tok::Name(n), _) => Ok(Value::Ident(n)),
+            (Tok::LParen, _) => {
+                // A record `(name=value, ...)`.
+                self.at -= 1;
+                Ok(self.args()?.into_value())
+            }
             (Tok::LBracket, _) => {
                 let mut list = Vec::new();
                 while *self.peek() != Tok::RBracket {
@@ -427,7 +442,7 @@ impl<'a> Parser<'a> {
             (t, p) => Err(self.error(
                 p,
                 format!(
-                    "expected a value (number, string, name or [list]), found {}",
+                    "expected a value (number, string, name, [list] or (record)), found {}",
                     t.describe()
                 ),
             )),

@@ -4,6 +4,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, MAX_GATES};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Bypass" => build);
+
 #[derive(Debug)]
 pub struct Bypass {
     gates: usize,
@@ -30,7 +32,7 @@ impl Module for Bypass {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(Bypass::new(
         args.usize_in("gates", 1, 1, MAX_GATES)?,
     )))

@@ -6,6 +6,8 @@ use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 use std::io::Write;
 
+crate::modules::declare_class!("Dump" => build);
+
 pub struct Dump {
     out: Box<dyn Write + Send>,
     limit: u64,
@@ -50,7 +52,7 @@ impl Module for Dump {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let limit = args.u64_or("limit", 16)?;
     let snap = args.u64_or("snap", 64)? as usize;
     let out: Box<dyn Write + Send> = match args.str("file")? {

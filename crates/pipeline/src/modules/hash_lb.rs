@@ -10,6 +10,8 @@ use etherparse::{LinkSlice, NetSlice, SlicedPacket, TransportSlice};
 use nfkit_hw::Batch;
 use std::hash::Hasher;
 
+crate::modules::declare_class!("HashLB" => build);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HashFields {
     L2,
@@ -96,7 +98,7 @@ impl Module for HashLb {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let gates = args.usize_in("gates", 2, 1, MAX_GATES)?;
     let fields = match args.str("fields")?.as_deref() {
         Some("l2") => HashFields::L2,

@@ -5,6 +5,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("MACSwap" => build);
+
 #[derive(Debug, Default)]
 pub struct MacSwap;
 
@@ -24,6 +26,6 @@ impl Module for MacSwap {
     }
 }
 
-pub(super) fn build(_: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(MacSwap))
 }

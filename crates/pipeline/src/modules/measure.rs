@@ -10,6 +10,8 @@ use crate::modules::TIMESTAMP_ATTR;
 use hdrhistogram::Histogram;
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Measure" => build);
+
 pub struct Measure {
     offset: Option<usize>,
     hist: Histogram<u64>,
@@ -84,7 +86,7 @@ impl Module for Measure {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(match args.u64("offset")? {
         Some(o) if o <= u16::MAX as u64 => Measure::in_packet(o as usize),
         Some(o) => return Err(ArgError::new("offset", format!("{o} is beyond any packet"))),

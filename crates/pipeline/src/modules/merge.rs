@@ -4,6 +4,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, MAX_GATES};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Merge" => build);
+
 #[derive(Debug, Default)]
 pub struct Merge;
 
@@ -19,6 +21,6 @@ impl Module for Merge {
     }
 }
 
-pub(super) fn build(_: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(Merge))
 }

@@ -1,5 +1,9 @@
-//! The core modules, one file each, and the registry that builds them
-//! from config arguments.
+//! The module classes, one file each (or a folder with `mod.rs`). Every
+//! file here is compiled and its `declare_class!` collected into the
+//! default [`Registry`] by `build.rs`: adding a class touches only its
+//! own file. How to write one: `src/modules/README.md`.
+//!
+//! The core classes:
 //!
 //! | class | gates in/out | arguments (defaults) | what it does |
 //! |---|---|---|---|
@@ -24,35 +28,25 @@
 //! | `Measure` | 1/1 | `offset=N` (else the `timestamp` attribute) | latency histogram (hdrhistogram): count, min, mean, p50, p99, p999, max |
 //! | `Dump` | 1/1 | `limit=16`, `snap=64`, `file=PATH` (else stderr) | print the first packets in hex |
 //! | `PcapCapture` | 1/1 | `file=PATH` | write packets to a pcap file |
+//! | `ExactMatch` | 1/n | `fields=[(offset=N\|attr_name=S, num_bytes=N)]`, `masks`, `size=1M`, `gates=64` | exact match on key fields; commands `add`, `delete`, `clear`, `set_default_gate` |
+//! | `WildcardMatch` | 1/n | `fields=[...]`, `size=1M`, `gates=64` | highest-priority masked match; same commands |
+//! | `ACL` | n/n | `rules=[(src_ip=, dst_ip=, src_port=, dst_port=, drop=)]`, `max_rules=4096` | first matching rule forwards (same gate) or drops; commands `add`, `delete`, `clear` |
+//! | `IPLookup` | 1/n | `max_rules=1024`, `max_tbl8s=128`, `gates=64` | longest-prefix match of the IPv4 destination (DIR-24-8); commands `add`, `delete`, `clear` |
+//! | `L2Forward` | 1/n | `size=1024`, `bucket=4`, `gates=64` | destination MAC table; commands `add`, `delete`, `set_default_gate`, `lookup`, `populate` |
+//! | `BPF` | 1/n | `filters=[(filter="tcp port 80", priority=P, gate=G)]`, `max_filters=64` | tcpdump filters (libpcap-compiled, run by nfkit's interpreter), highest priority first, else gate 0; commands `add`, `delete`, `clear` |
 //! | `NF` | n/n | `name=nat\|bridge\|lb\|policer\|firewall\|router`, the NF's options (`ext_ip="..."`) | an `nfkit-nf` network function; gate k = NF port k |
 //!
 //! Every packet a module receives leaves by an output gate, is consumed
 //! (sent, sunk), is held (a queue), or is counted as dropped.
 
-mod bypass;
-mod dump;
-mod hash_lb;
-mod macswap;
-mod measure;
-mod merge;
-mod nf;
-mod pcap_capture;
-mod port_inc;
-mod port_out;
-mod queue;
-mod random_split;
-mod replicate;
-mod round_robin;
-mod set_metadata;
-mod sink;
-mod source;
-mod split;
-mod timestamp;
-mod update;
-
+pub use acl::{Acl, AclRule};
+pub use bpf::Bpf;
 pub use bypass::Bypass;
 pub use dump::Dump;
+pub use exact_match::ExactMatch;
 pub use hash_lb::{HashFields, HashLb};
+pub use ip_lookup::IpLookup;
+pub use l2_forward::L2Forward;
 pub use macswap::MacSwap;
 pub use measure::Measure;
 pub use merge::Merge;
@@ -70,99 +64,57 @@ pub use source::Source;
 pub use split::{Split, SplitOn};
 pub use timestamp::{Timestamp, TIMESTAMP_ATTR};
 pub use update::{FieldUpdate, Update};
+pub use wildcard_match::WildcardMatch;
 
-use crate::args::{ArgError, Args};
-use crate::module::Module;
-use crate::pipeline::SharedPort;
-use nfkit_hw::Mempool;
-use std::collections::{BTreeMap, HashMap};
+pub use crate::registry::{BuildEnv, ClassDecl, Constructor, Registry};
 
-/// What constructors may use besides their arguments.
-pub struct BuildEnv {
-    /// Ports declared in the config, by name.
-    pub ports: HashMap<String, SharedPort>,
-    /// Buffers for packets the pipeline makes itself (Source), and the
-    /// pool whose buffers a Sink keeps cached.
-    pub pool: Mempool,
+/// Declare the classes a module file builds, once, in that file:
+///
+/// ```ignore
+/// crate::modules::declare_class!("MACSwap" => build);
+/// crate::modules::declare_class!("PortInc" => port_inc, "QueueInc" => queue_inc);
+/// ```
+///
+/// Each `build` is a [`Constructor`]. The default [`Registry`] collects
+/// every file's declarations (`build.rs` lists the files).
+macro_rules! declare_class {
+    ($($name:literal => $build:path),+ $(,)?) => {
+        /// The classes this file declares (collected by the registry).
+        pub(crate) const CLASSES: &[$crate::registry::ClassDecl] = &[
+            $($crate::registry::ClassDecl { name: $name, build: $build }),+
+        ];
+    };
 }
+pub(crate) use declare_class;
 
-impl BuildEnv {
-    /// The port named by argument `arg`.
-    pub fn port(&self, args: &mut Args, arg: &str) -> Result<SharedPort, ArgError> {
-        let name = args.required_str(arg)?;
-        self.ports.get(&name).cloned().ok_or_else(|| {
-            let mut known: Vec<&String> = self.ports.keys().collect();
-            known.sort();
-            ArgError::new(arg, format!("no port named `{name}` (declared: {known:?})"))
-        })
-    }
-}
-
-/// Builds a module from its arguments.
-pub type Constructor = fn(&mut Args, &BuildEnv) -> Result<Box<dyn Module>, ArgError>;
-
-/// Module classes by name.
-#[derive(Clone)]
-pub struct Registry {
-    classes: BTreeMap<String, Constructor>,
-}
+// `pub mod NAME;` for every file of this folder, and `DECLARED`.
+include!(concat!(env!("OUT_DIR"), "/module_files.rs"));
 
 impl Default for Registry {
-    /// The core modules.
+    /// Every declared class.
     fn default() -> Registry {
-        let mut r = Registry {
-            classes: BTreeMap::new(),
-        };
-        r.register("PortInc", port_inc::port_inc);
-        r.register("QueueInc", port_inc::queue_inc);
-        r.register("PortOut", port_out::port_out);
-        r.register("QueueOut", port_out::queue_out);
-        r.register("Queue", queue::build);
-        r.register("Source", source::build);
-        r.register("Sink", sink::build);
-        r.register("Bypass", bypass::build);
-        r.register("Merge", merge::build);
-        r.register("Split", split::build);
-        r.register("RoundRobin", round_robin::build);
-        r.register("Replicate", replicate::build);
-        r.register("RandomSplit", random_split::build);
-        r.register("HashLB", hash_lb::build);
-        r.register("MACSwap", macswap::build);
-        r.register("Update", update::build);
-        r.register("SetMetadata", set_metadata::build);
-        r.register("Timestamp", timestamp::build);
-        r.register("Measure", measure::build);
-        r.register("Dump", dump::build);
-        r.register("PcapCapture", pcap_capture::build);
-        r.register("NF", nf::build);
-        r
+        Registry::from_decls(DECLARED)
     }
 }
 
-impl Registry {
-    /// Add (or replace) a class.
-    pub fn register(&mut self, class: &str, ctor: Constructor) {
-        self.classes.insert(class.to_string(), ctor);
-    }
-    pub fn contains(&self, class: &str) -> bool {
-        self.classes.contains_key(class)
-    }
-    pub fn classes(&self) -> impl Iterator<Item = &str> {
-        self.classes.keys().map(String::as_str)
-    }
-    /// Build a module of `class`; unknown arguments are errors.
-    pub fn build(
-        &self,
-        class: &str,
-        args: &mut Args,
-        env: &BuildEnv,
-    ) -> Result<Box<dyn Module>, ArgError> {
-        let ctor = self
-            .classes
-            .get(class)
-            .ok_or_else(|| ArgError::general(format!("unknown module class `{class}`")))?;
-        let m = ctor(args, env)?;
-        args.finish(class)?;
-        Ok(m)
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_class_is_declared_once() {
+        let mut names: Vec<&str> = super::DECLARED
+            .iter()
+            .flat_map(|f| f.iter())
+            .map(|d| d.name)
+            .collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "a class name is declared twice");
+        let r = super::Registry::default();
+        for class in [
+            "PortInc", "QueueInc", "PortOut", "QueueOut", "Queue", "Source", "Sink", "NF",
+        ] {
+            assert!(r.contains(class), "{class}");
+        }
     }
 }

@@ -24,6 +24,8 @@ use nfkit_hw::Batch;
 use nfkit_nf::{BoxedNf, NetworkFunction, PortSet, Verdict};
 use std::time::Duration;
 
+crate::modules::declare_class!("NF" => build);
+
 /// Every option of every NF, as module arguments.
 const OPTIONS: &[&str] = &[
     "lan",
@@ -146,7 +148,9 @@ fn cli_options(args: &mut Args) -> Result<Vec<String>, ArgError> {
                 Value::Str(s) | Value::Ident(s) => s,
                 Value::Int(i) => i.to_string(),
                 Value::Float(f) => f.to_string(),
-                Value::List(_) => return Err(ArgError::new(name, "lists do not nest")),
+                Value::List(_) | Value::Map(_) => {
+                    return Err(ArgError::new(name, "lists do not nest"))
+                }
             };
             out.push(flag.clone());
             out.push(text);
@@ -155,7 +159,7 @@ fn cli_options(args: &mut Args) -> Result<Vec<String>, ArgError> {
     Ok(out)
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let name = args.required_str("name")?;
     let options = cli_options(args)?;
     let nf = nfkit_nf::build(&name, &options).map_err(|e| ArgError::general(e.to_string()))?;
@@ -266,8 +270,8 @@ mod tests {
         );
     }
 
-    fn test_env() -> super::super::BuildEnv {
-        super::super::BuildEnv {
+    fn test_env() -> crate::registry::BuildEnv {
+        crate::registry::BuildEnv {
             ports: Default::default(),
             pool: Harness::new().pool().clone(),
         }

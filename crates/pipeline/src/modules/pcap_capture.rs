@@ -15,6 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+crate::modules::declare_class!("PcapCapture" => build);
+
 /// The capture file, reachable both through the pcap writer and for
 /// flushing (`PcapWriter` does not lend its inner writer out).
 #[derive(Clone)]
@@ -94,7 +96,7 @@ impl Drop for PcapCapture {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let path = args.required_str("file")?;
     Ok(Box::new(PcapCapture::create(Path::new(&path)).map_err(
         |e| ArgError::new("file", format!("cannot create `{path}`: {e}")),

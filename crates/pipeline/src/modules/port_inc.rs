@@ -13,6 +13,8 @@ use crate::module::{AdaptiveBurst, Ctx, Module, DEFAULT_BURST};
 use crate::pipeline::SharedPort;
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("PortInc" => port_inc, "QueueInc" => queue_inc);
+
 pub struct PortInc {
     port: SharedPort,
     /// `None`: every receive queue in turn.
@@ -116,17 +118,17 @@ fn burst(args: &mut Args) -> Result<usize, ArgError> {
     args.usize_in("burst", DEFAULT_BURST, 1, nfkit_hw::pool::MAX_BATCH)
 }
 
-pub(super) fn port_inc(
+fn port_inc(
     args: &mut Args,
-    env: &super::BuildEnv,
+    env: &crate::registry::BuildEnv,
 ) -> Result<Box<dyn Module>, ArgError> {
     let port = env.port(args, "port")?;
     Ok(Box::new(PortInc::new(port).with_burst(burst(args)?)))
 }
 
-pub(super) fn queue_inc(
+fn queue_inc(
     args: &mut Args,
-    env: &super::BuildEnv,
+    env: &crate::registry::BuildEnv,
 ) -> Result<Box<dyn Module>, ArgError> {
     let port = env.port(args, "port")?;
     let qid = args.u64_or("qid", 0)? as usize;

@@ -7,6 +7,8 @@ use crate::module::{Ctx, Module};
 use crate::pipeline::SharedPort;
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("PortOut" => port_out, "QueueOut" => queue_out);
+
 pub struct PortOut {
     port: SharedPort,
     queue: Option<usize>,
@@ -61,16 +63,16 @@ impl Module for PortOut {
     }
 }
 
-pub(super) fn port_out(
+fn port_out(
     args: &mut Args,
-    env: &super::BuildEnv,
+    env: &crate::registry::BuildEnv,
 ) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(PortOut::new(env.port(args, "port")?)))
 }
 
-pub(super) fn queue_out(
+fn queue_out(
     args: &mut Args,
-    env: &super::BuildEnv,
+    env: &crate::registry::BuildEnv,
 ) -> Result<Box<dyn Module>, ArgError> {
     let port = env.port(args, "port")?;
     let qid = args.u64_or("qid", 0)? as usize;

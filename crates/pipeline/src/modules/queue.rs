@@ -13,6 +13,8 @@ use crossbeam_queue::ArrayQueue;
 use nfkit_hw::{Batch, PktBuf};
 use std::sync::Arc;
 
+crate::modules::declare_class!("Queue" => build);
+
 pub struct Queue {
     ring: Arc<ArrayQueue<PktBuf>>,
     burst: AdaptiveBurst,
@@ -76,7 +78,7 @@ impl Module for Queue {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let size = args.usize_in("size", 1024, 1, 1 << 20)?;
     let burst = args.usize_in("burst", DEFAULT_BURST, 1, nfkit_hw::pool::MAX_BATCH)?;
     Ok(Box::new(Queue::new(size, burst)))

@@ -8,6 +8,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, MAX_GATES};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("RandomSplit" => build);
+
 #[derive(Debug)]
 pub struct RandomSplit {
     gates: Vec<usize>,
@@ -52,7 +54,7 @@ impl Module for RandomSplit {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let gates: Vec<usize> = args
         .u64_list("gates")?
         .unwrap_or(vec![0])

@@ -6,6 +6,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, MAX_GATES};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Replicate" => build);
+
 #[derive(Debug)]
 pub struct Replicate {
     gates: usize,
@@ -47,7 +49,7 @@ impl Module for Replicate {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(Replicate::new(
         args.usize_in("gates", 2, 1, MAX_GATES)?,
     )))

@@ -5,6 +5,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, MAX_GATES};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("RoundRobin" => build);
+
 #[derive(Debug)]
 pub struct RoundRobinSplit {
     gates: usize,
@@ -42,7 +44,7 @@ impl Module for RoundRobinSplit {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let gates = args.usize_in("gates", 2, 1, MAX_GATES)?;
     let per_batch = match args.str("mode")?.as_deref() {
         None | Some("packet") => false,

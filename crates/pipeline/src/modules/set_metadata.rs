@@ -6,6 +6,8 @@ use crate::metadata::{Access, AttrSpec, MAX_ATTR_SIZE};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("SetMetadata" => build);
+
 #[derive(Debug)]
 pub struct SetMetadata {
     attr: String,
@@ -49,7 +51,7 @@ impl Module for SetMetadata {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let attr = args.required_str("attribute")?;
     let size = args.usize_in("size", 4, 1, MAX_ATTR_SIZE)?;
     match args.take("value") {

@@ -8,6 +8,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
 use nfkit_hw::{Batch, Mempool, PoolCache};
 
+crate::modules::declare_class!("Sink" => build);
+
 /// Buffer ids the sink's cache keeps before handing some back to the
 /// shared pool.
 const CACHE_SIZE: usize = 2 * nfkit_hw::pool::MAX_BATCH;
@@ -39,6 +41,6 @@ impl Module for Sink {
     }
 }
 
-pub(super) fn build(_: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(_: &mut Args, env: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(Sink::new(&env.pool)))
 }

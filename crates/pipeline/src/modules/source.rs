@@ -6,6 +6,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, DEFAULT_BURST};
 use nfkit_hw::{Batch, Mempool, PoolCache};
 
+crate::modules::declare_class!("Source" => build);
+
 pub struct Source {
     /// A per-task stack of free buffers: no shared atomics per packet.
     pool: PoolCache,
@@ -58,7 +60,7 @@ impl Module for Source {
     }
 }
 
-pub(super) fn build(args: &mut Args, env: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, env: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let size = args.usize_in("size", 60, 14, env.pool.data_room())?;
     let burst = args.usize_in("burst", DEFAULT_BURST, 1, nfkit_hw::pool::MAX_BATCH)?;
     let template = args.bytes("template")?.unwrap_or_default();

@@ -8,6 +8,8 @@ use crate::metadata::{Access, AttrSpec};
 use crate::module::{Ctx, Module, MAX_GATES};
 use nfkit_hw::{Batch, PktBuf};
 
+crate::modules::declare_class!("Split" => build);
+
 /// Where Split reads the gate number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SplitOn {
@@ -62,7 +64,7 @@ impl Module for Split {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let size = args.usize_in("size", 1, 1, 8)?;
     let gates = args.usize_in("gates", 2, 1, MAX_GATES)?;
     let on = match (args.str("attribute")?, args.u64("offset")?) {

@@ -7,6 +7,8 @@ use crate::metadata::{Access, AttrSpec};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Timestamp" => build);
+
 /// The attribute Timestamp writes and Measure reads.
 pub const TIMESTAMP_ATTR: &str = "timestamp";
 
@@ -61,7 +63,7 @@ impl Module for Timestamp {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(match args.u64("offset")? {
         Some(o) if o <= u16::MAX as u64 => Timestamp::in_packet(o as usize),
         Some(o) => return Err(ArgError::new("offset", format!("{o} is beyond any packet"))),

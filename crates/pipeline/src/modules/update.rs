@@ -5,6 +5,8 @@ use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
 use nfkit_hw::Batch;
 
+crate::modules::declare_class!("Update" => build);
+
 /// One field to overwrite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FieldUpdate {
@@ -56,7 +58,7 @@ impl Module for Update {
     }
 }
 
-pub(super) fn build(args: &mut Args, _: &super::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     let offsets = args
         .u64_list("offset")?
         .ok_or_else(|| ArgError::new("offset", "is required"))?;
