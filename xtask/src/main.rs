@@ -2,13 +2,18 @@
 //!
 //! - `cargo xtask test`: install what the tests need (Debian packages, only
 //!   when root and missing), then run every check and test: fmt, clippy,
-//!   the workspace tests, the long release-mode tests, the QEMU guest tests.
+//!   the workspace tests (they replay the fuzz regression inputs on
+//!   stable), the pool under loom (`verify.rs`), the long release-mode
+//!   tests, the QEMU guest tests, and every fuzz target briefly (nightly;
+//!   4 minutes in all, build included).
 //! - `cargo xtask deps`: only the installation step.
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
+//! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS each (`fuzz.rs`).
 
 mod fuzz;
 mod guest;
+mod verify;
 
 use anyhow::{bail, Context, Result};
 use std::process::Command;
@@ -184,6 +189,7 @@ fn test(args: &[String]) -> Result<()> {
         ]),
     )?;
     run("cargo test (debug)", cargo().args(["test", "--workspace"]))?;
+    verify::loom()?;
     if !quick {
         // Long runs: 10 million packets through each driver model against
         // the free-running 82599 model, in an optimised build.
@@ -199,6 +205,8 @@ fn test(args: &[String]) -> Result<()> {
             ]),
         )?;
         guest::run_guest_tests()?;
+        // Every fuzz target briefly (nightly), 4 minutes in all with the build.
+        fuzz::ci(std::time::Duration::from_secs(240))?;
     }
     eprintln!("all tests passed in {:.1?}", started.elapsed());
     Ok(())

@@ -286,6 +286,16 @@ impl DescRing {
         self.mask + 1
     }
 
+    /// Device address of descriptor 0 (for the ring's base registers).
+    pub fn device_addr(&self) -> u64 {
+        self.region.device_addr()
+    }
+
+    /// Bytes the descriptors take (for the ring's length register).
+    pub fn bytes(&self) -> usize {
+        self.entries() * DESC_BYTES
+    }
+
     /// The memory the ring lives in (device address for the base
     /// registers, and byte-level access for set-up and tests).
     pub fn region(&self) -> &DmaRegion {

@@ -120,7 +120,7 @@ pub fn bump(c: &AtomicU64, n: u64) {
 pub struct PciState {
     /// COMMAND (mirrored from config space for the data path).
     pub command: AtomicU16,
-    pub config: Arc<Mutex<crate::pci::ConfigSpace>>,
+    pub config: Arc<Mutex<crate::config_space::ConfigSpace>>,
 }
 
 pub struct Device {
@@ -156,7 +156,7 @@ impl Device {
                 // the platform assigned the BARs and enabled memory decoding
                 // (TinyNF's PCIBARS assumption); bus mastering is off
                 command: AtomicU16::new(nfkit_hw::pci::config::COMMAND_MEMORY),
-                config: crate::pci::new_config(cfg.device_id),
+                config: crate::config_space::new_config(cfg.device_id),
             },
             data: Mutex::new(DataPath::new()),
             queue_gen: AtomicU64::new(0),

@@ -32,6 +32,7 @@
 
 #![forbid(unsafe_code)]
 
+mod config_space;
 mod datapath;
 mod device;
 mod dmacache;
@@ -46,7 +47,8 @@ mod strict;
 mod tx;
 mod wire;
 
-pub use pci::{SimBar, SimPci, PCIE_DEVICE_STATUS, PMCSR};
+pub use config_space::{PCIE_DEVICE_STATUS, PMCSR};
+pub use pci::{SimBar, SimPci};
 pub use run::RunningNic;
 pub use strict::Violation;
 pub use wire::{cable, PcapError, SinkStats, TrafficGen, Wire};

@@ -37,7 +37,7 @@
 //!   ([`Agent::stats`]): only the rare events (errors, null descriptors)
 //!   are counted as they happen.
 
-use crate::desc::{legacy_rx, legacy_tx, DescRing};
+use crate::desc::{self, legacy_rx, legacy_tx, DescRing};
 use crate::device::{Device, QueueClaim};
 use crate::error::InitError;
 use crate::queue_setup::{self, RxDescType, TxThresholds};
@@ -186,7 +186,7 @@ impl<B: Bar + 'static> Agent<B> {
                     0 => input.dma(),
                     _ => outputs[k].0.dma(),
                 };
-                let ring = DescRing::new(dma, size)?;
+                let ring = desc::new_ring(dma, size)?;
                 point_at_buffers(&ring, &buffers);
                 Ok(ring)
             })
@@ -250,7 +250,7 @@ fn check_config(size: usize, outputs: usize, page_size: usize) -> Result<(), Ini
 
 /// Descriptor `i` gets the address of buffer `i`, once and for all.
 fn point_at_buffers(ring: &DescRing, buffers: &DmaSlots<BUFFER_SIZE>) {
-    for i in 0..ring.size() {
+    for i in 0..ring.entries() {
         ring.write_q0(i, buffers.device_addr(i));
         ring.write_q1(i, 0);
     }

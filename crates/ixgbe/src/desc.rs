@@ -6,10 +6,9 @@
 //! [`nfkit_hw::dma::DescRing`].
 
 use crate::error::InitError;
-use nfkit_hw::dma::{Desc, DescRingView};
 use nfkit_hw::DmaAllocator;
 
-pub const DESC_BYTES: usize = nfkit_hw::dma::DESC_BYTES;
+pub use nfkit_hw::dma::{DescRing, DESC_BYTES};
 
 /// Legacy receive descriptor, write-back quadword 1 (§7.1.5.1).
 pub mod legacy_rx {
@@ -63,71 +62,25 @@ pub mod adv_tx {
 pub const MAX_RING: usize = 8192;
 pub const MIN_RING: usize = 64;
 
-/// A descriptor ring: DMA memory contiguous in device address space,
-/// 128-byte aligned, a power-of-two number of descriptors. Indices wrap
-/// (the hardware-access layer checks the memory once, at creation, so a
-/// descriptor access on the data path is one masked load or store).
-#[derive(Debug)]
-pub struct DescRing {
-    mem: nfkit_hw::dma::DescRing,
-}
-
-impl DescRing {
-    /// Allocate a ring of `size` descriptors (a power of two in
-    /// MIN_RING..=MAX_RING; RDLEN/TDLEN must be a multiple of 128 bytes,
-    /// §8.2.3.8.3).
-    pub fn new(dma: &dyn DmaAllocator, size: usize) -> Result<DescRing, InitError> {
-        check_ring_size(size)?;
-        let bytes = size * DESC_BYTES;
-        let mem = dma
-            .allocate(bytes, true)
-            .map_err(|e| InitError::Config(format!("descriptor ring of {size} entries: {e}")))?;
-        if mem.contiguous_len() < bytes || mem.device_addr() % 128 != 0 {
-            return Err(InitError::Config(format!(
-                "descriptor ring at {:#x} is not 128-byte aligned and contiguous for {bytes} bytes",
-                mem.device_addr()
-            )));
-        }
-        let mem = nfkit_hw::dma::DescRing::new(mem, size)
-            .map_err(|e| InitError::Config(e.to_string()))?;
-        Ok(DescRing { mem })
+/// Allocate a descriptor ring of `size` descriptors (a power of two in
+/// MIN_RING..=MAX_RING; RDLEN/TDLEN must be a multiple of 128 bytes,
+/// §8.2.3.8.3): DMA memory contiguous in device address space, 128-byte
+/// aligned. Indices wrap (the hardware-access layer's [`DescRing`] checks
+/// the memory once, at creation, so a descriptor access on the data path
+/// is one masked load or store).
+pub fn new_ring(dma: &dyn DmaAllocator, size: usize) -> Result<DescRing, InitError> {
+    check_ring_size(size)?;
+    let bytes = size * DESC_BYTES;
+    let mem = dma
+        .allocate(bytes, true)
+        .map_err(|e| InitError::Config(format!("descriptor ring of {size} entries: {e}")))?;
+    if mem.contiguous_len() < bytes || mem.device_addr() % 128 != 0 {
+        return Err(InitError::Config(format!(
+            "descriptor ring at {:#x} is not 128-byte aligned and contiguous for {bytes} bytes",
+            mem.device_addr()
+        )));
     }
-
-    pub fn size(&self) -> usize {
-        self.mem.entries()
-    }
-    pub fn device_addr(&self) -> u64 {
-        self.mem.region().device_addr()
-    }
-    pub fn bytes(&self) -> usize {
-        self.size() * DESC_BYTES
-    }
-    /// Descriptor `i mod size`, for several accesses at one place.
-    #[inline(always)]
-    pub fn desc(&self, i: usize) -> &Desc {
-        self.mem.desc(i)
-    }
-    /// The ring as plain values for a data-path loop.
-    #[inline(always)]
-    pub fn view(&self) -> DescRingView<'_> {
-        self.mem.view()
-    }
-    /// Quadword 1 of descriptor `i mod size` (status write-back).
-    #[inline(always)]
-    pub fn read_q1(&self, i: usize) -> u64 {
-        self.mem.read_q1(i)
-    }
-    /// Quadword 0 of descriptor `i mod size` (buffer address).
-    #[inline(always)]
-    pub fn write_q0(&self, i: usize, v: u64) {
-        self.mem.write_q0(i, v)
-    }
-    /// Quadword 1 of descriptor `i mod size` (command, length; 0 clears
-    /// a receive descriptor's DD).
-    #[inline(always)]
-    pub fn write_q1(&self, i: usize, v: u64) {
-        self.mem.write_q1(i, v)
-    }
+    DescRing::new(mem, size).map_err(|e| InitError::Config(e.to_string()))
 }
 
 pub fn check_ring_size(size: usize) -> Result<(), InitError> {

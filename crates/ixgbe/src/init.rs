@@ -1,8 +1,15 @@
 //! Device initialization: a walk through datasheet §4.6.3 "Initialization
 //! Sequence", one function per step, in order.
 //!
-//! What is *not* written matters as much as what is: each step says which
-//! registers it leaves at their power-on/EEPROM defaults and why.
+//! What is *not* written matters as much as what is. As in TinyNF, every
+//! deliberate non-action and every departure from §4.6.3's order carries
+//! a tag in one format (82599 datasheet rev. 3.3 sections), checked by
+//! `tests/init_tags.rs`:
+//!
+//! ```text
+//! // LEFT ALONE (§x.y): why the register keeps its default / the step is skipped
+//! // DEVIATION (§x.y): what differs from the section, and why
+//! ```
 
 use crate::error::{InitError, Step};
 use crate::pci;
@@ -43,19 +50,34 @@ pub(crate) fn initialize<P: PciFunction>(
         clock,
         cfg,
     };
+    // LEFT ALONE (§4.6.3.1): interrupts are not masked before the reset,
+    // only after it: the reset masks every cause itself, and the driver
+    // never unmasks one.
+    // DEVIATION (§4.6.3): receive queues a previous driver left running
+    // are disabled before the reset, which the sequence does not list:
+    // master disable needs them off first (§4.6.7.1.2, §5.2.5.3.2).
     init.disable_rx_queues()?;
+    // DEVIATION (§4.6.3): bus mastering is disabled before the reset,
+    // which the sequence does not list: a software reset needs it first
+    // (§4.2.1.6.1), so no DMA is cut off half-way.
     let master_disable_fallback = init.master_disable(pci)?;
     init.global_reset()?;
     init.disable_interrupts();
     init.wait_eeprom_auto_read()?;
     init.wait_dma_init_done()?;
-    // §4.6.4 "Link Setup": AUTOC/AUTOC2 are loaded from the EEPROM, which
+    // LEFT ALONE (§4.6.4): AUTOC/AUTOC2 are loaded from the EEPROM, which
     // describes the board's PHY/module; the driver trusts that set-up and
-    // only waits for the link at the end.
+    // only waits for the link at the end, so link training overlaps the
+    // rest of the set-up.
     init.map_queue_statistics();
     init.init_receive_filters();
     init.dcb_and_virtualization_off();
     init.init_transmit();
+    // DEVIATION (§4.6.3): RXEN, the last step of receive initialization
+    // (§4.6.7), comes after transmit initialization (§4.6.8): frames are
+    // let in only once everything else is configured (no receive queue
+    // is enabled yet either way). TinyNF sets it later still, with its
+    // first receive queue.
     init.enable_receive()?;
     let link_wait = init.wait_link_up()?;
     let mac = init.read_mac();
@@ -171,8 +193,8 @@ impl<B: Bar> Init<'_, B> {
 
     /// §4.6.3.1 "Interrupts During Initialization": mask every interrupt
     /// cause in all three EIMC registers (§7.3.1). The driver polls and
-    /// never unmasks them. The disable before the reset is skipped: the
-    /// reset masks everything anyway.
+    /// never unmasks them (the disable before the reset is skipped, see
+    /// `initialize`).
     fn disable_interrupts(&self) {
         let r = &self.regs;
         r.write(&regs::EIMC, 0, regs::eimc::ALL_0);
@@ -208,13 +230,14 @@ impl<B: Bar> Init<'_, B> {
         })
     }
 
-    /// §4.6.5 "Statistics": the global reset cleared every counter, so no
-    /// read is needed to start from zero. There are 16 sets of per-queue
-    /// counters (QPRC, QPTC, QPRDC...); by default every queue counts in
-    /// set 0. Map queue q to set q mod 16: queues 0-15 get their own set,
-    /// higher queues share.
+    /// §4.6.5 "Statistics". There are 16 sets of per-queue counters
+    /// (QPRC, QPTC, QPRDC...); by default every queue counts in set 0.
+    /// Map queue q to set q mod 16: queues 0-15 get their own set, higher
+    /// queues share.
     fn map_queue_statistics(&self) {
         let r = &self.regs;
+        // LEFT ALONE (§4.6.5): no counter is read to clear it: the global
+        // reset cleared every one, so they start from zero.
         for reg in 0..regs::RQSMR.count() {
             let mut value = 0u32;
             for byte in 0..4 {
@@ -230,8 +253,8 @@ impl<B: Bar> Init<'_, B> {
     /// one by one later, see `queue_setup`).
     fn init_receive_filters(&self) {
         let r = &self.regs;
-        // RAL/RAH(0) hold the EEPROM's MAC address after reset and
-        // RAH(1..127).AV is 0: left alone.
+        // LEFT ALONE (§4.6.7): RAL/RAH(0) hold the EEPROM's MAC address
+        // after reset and RAH(1..127).AV is 0.
         // Unicast hash table (PFUTA), VLAN pool filters (PFVLVF/PFVLVFB)
         // and multicast table (MTA) are not reset by CTRL.RST and may hold
         // a previous driver's state: clear them.
@@ -256,9 +279,10 @@ impl<B: Bar> Init<'_, B> {
         for i in 0..regs::FTQF.count() {
             r.clear(&regs::FTQF, i, regs::ftqf::QUEUE_ENABLE);
         }
-        // VFTA is only consulted when VLNCTRL.VFE is set (default 0), and
-        // ETQF/ETQS, RFCTL, MCSTCTRL, RXCSUM keep their defaults: no
-        // ethertype filters, no RSC/NFS, no checksum offload is used.
+        // LEFT ALONE (§4.6.7): VFTA is only consulted when VLNCTRL.VFE is
+        // set (default 0), and ETQF/ETQS, RFCTL, MCSTCTRL, RXCSUM keep
+        // their defaults: no ethertype filters, no RSC/NFS, no checksum
+        // offload is used.
         // CRC: RDRXCTL.CRC_STRIP must match HLREG0.RXCRCSTRP (default 1).
         // RSCFRSTSIZE cleared, RSCACKC and FCOE_WRFIX set as §8.2.3.8.8
         // requires even though RSC/FCoE are not used.
@@ -286,17 +310,17 @@ impl<B: Bar> Init<'_, B> {
     /// class.
     fn dcb_and_virtualization_off(&self) {
         let r = &self.regs;
-        // RXPBSIZE(0) keeps its default 0x200 (512 KB, the whole buffer);
-        // the other seven buffers get nothing.
+        // LEFT ALONE (§4.6.11.3.4): RXPBSIZE(0) keeps its default 0x200
+        // (512 KB, the whole buffer); the other seven buffers get nothing.
         for i in 1..regs::RXPBSIZE.count() {
             r.write(&regs::RXPBSIZE, i, 0);
         }
         // Legacy (802.3x) flow control as the section lists: honour pause
         // frames from the link partner (MFLCN.RFCE) and allow sending them
-        // (FCCFG.TFCE = 01b) above FCRTH(0).RTH = buffer - 0x6000. The
-        // XOFF enable FCRTH.FCEN stays 0, so the NIC never pauses its
-        // partner: when the driver falls behind, frames are dropped and
-        // counted (MPC), not pushed back upstream.
+        // (FCCFG.TFCE = 01b) above FCRTH(0).RTH = buffer - 0x6000.
+        // LEFT ALONE (§4.6.11.3.4): the XOFF enable FCRTH.FCEN stays 0, so
+        // the NIC never pauses its partner: when the driver falls behind,
+        // frames are dropped and counted (MPC), not pushed back upstream.
         r.set(&regs::MFLCN, 0, regs::mflcn::RFCE);
         r.set_field(
             &regs::FCCFG,
@@ -311,22 +335,28 @@ impl<B: Bar> Init<'_, B> {
             r.write(&regs::RTTDQSEL, 0, q as u32);
             r.write(&regs::RTTDT1C, 0, 0);
         }
-        // RTTDT2C, RTTPT2C, RTRPT4C, RTRUP2TC, RTTUP2TC, MTQC, RTRPCS,
-        // RTTDCS and RTTPCS already hold the DCB-off defaults.
+        // LEFT ALONE (§4.6.11.3.4): RTTDT2C, RTTPT2C, RTRPT4C, RTRUP2TC,
+        // RTTUP2TC, MTQC, RTRPCS, RTTDCS and RTTPCS already hold the
+        // DCB-off defaults.
     }
 
     /// §4.6.8 "Transmit Initialization", global part.
     fn init_transmit(&self) {
         let r = &self.regs;
-        // HLREG0 defaults kept: TXCRCEN = 1 (append CRC), TXPADEN = 1 (pad
-        // short frames to 64 bytes), JUMBOEN = 0.
+        // LEFT ALONE (§4.6.8): HLREG0 keeps its defaults: TXCRCEN = 1
+        // (append CRC), TXPADEN = 1 (pad short frames to 64 bytes),
+        // JUMBOEN = 0.
         // Packet-buffer sizes change only with the arbiter disabled.
         r.set(&regs::RTTDCS, 0, regs::rttdcs::ARBDIS);
-        // TXPBSIZE(0) keeps its default 0xA0 (160 KB); 1..7 get nothing.
+        // LEFT ALONE (§4.6.11.3.4): TXPBSIZE(0) keeps its default 0xA0
+        // (160 KB); 1..7 get nothing.
         for i in 1..regs::TXPBSIZE.count() {
             r.write(&regs::TXPBSIZE, i, 0);
         }
-        // Threshold = buffer size (KB) - largest packet (KB), §8.2.3.9.16.
+        // DEVIATION (§4.6.11.3.4): the threshold is the buffer size (KB)
+        // minus the largest packet (KB), §8.2.3.9.16; the largest packet is
+        // taken as a whole 2 KB buffer rather than the longest frame
+        // (1522 bytes, JUMBOEN = 0), as TinyNF does: 0xA0 - 2.
         r.set_field(
             &regs::TXPBTHRESH,
             0,
@@ -344,7 +374,8 @@ impl<B: Bar> Init<'_, B> {
         // "Enable transmit path by setting DMATXCTL.TE", needed once,
         // before the first transmit queue is enabled.
         r.set(&regs::DMATXCTL, 0, regs::dmatxctl::TE);
-        // Interrupts stay masked (§4.6.3.1).
+        // LEFT ALONE (§4.6.3.1): interrupts are never enabled, the last
+        // step of the sequence: the driver polls.
     }
 
     /// §4.6.7, last step: enable the receive path. Queues are enabled

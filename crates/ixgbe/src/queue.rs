@@ -11,7 +11,7 @@
 //! sets RS once per group of [`TX_CLEAN_BATCH`] descriptors, not as a
 //! per-packet choice. Sent buffers go back a group at a time.
 
-use crate::desc::{adv_rx, adv_tx, DescRing};
+use crate::desc::{self, adv_rx, adv_tx, DescRing};
 use crate::device::{Device, QueueClaim};
 use crate::error::InitError;
 use crate::queue_setup::{self, RxDescType, TxThresholds};
@@ -92,7 +92,7 @@ impl<B: Bar + 'static> RxQueue<B> {
             )));
         }
         let claim = device.take_rx(q)?;
-        let ring = DescRing::new(device.dma(), ring_size)?;
+        let ring = desc::new_ring(device.dma(), ring_size)?;
         let bufs = RxBuffers::new(pool, ring_size).ok_or_else(|| {
             InitError::Config(format!(
                 "pool `{}` ran out filling a {ring_size}-descriptor receive ring",
@@ -303,7 +303,7 @@ impl<B: Bar + 'static> TxQueue<B> {
     ) -> Result<Self, InitError> {
         crate::desc::check_ring_size(ring_size)?;
         let claim = device.take_tx(q)?;
-        let ring = DescRing::new(device.dma(), ring_size)?;
+        let ring = desc::new_ring(device.dma(), ring_size)?;
         queue_setup::start_tx_queue(
             device.regs(),
             device.clock(),

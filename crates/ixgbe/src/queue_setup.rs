@@ -40,7 +40,7 @@ fn split(addr: u64) -> (u32, u32) {
 /// §4.6.7 per-queue steps: ring base and length, buffer size and
 /// descriptor type, drop when out of descriptors, enable, wait for the
 /// enable to read back, then bump the tail to hand the device
-/// `ring.size() - 1` descriptors (one stays back: RDH == RDT means empty).
+/// `ring.entries() - 1` descriptors (one stays back: RDH == RDT means empty).
 /// The caller has already written a buffer address into every descriptor.
 pub(crate) fn start_rx_queue<B: Bar>(
     r: &Regs<B>,
@@ -95,7 +95,7 @@ pub(crate) fn start_rx_queue<B: Bar>(
         // queue that enabled late must not DMA into it.
         r.clear(&regs::RXDCTL, q, regs::rxdctl::ENABLE);
     })?;
-    r.write(&regs::RDT, q, (ring.size() - 1) as u32);
+    r.write(&regs::RDT, q, (ring.entries() - 1) as u32);
     Ok(())
 }
 

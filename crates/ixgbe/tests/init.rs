@@ -6,7 +6,7 @@ mod common;
 
 use common::{assert_no_violations, model, Bench, Mode};
 use nfkit_hw::Mempool;
-use nfkit_ixgbe::{DeviceConfig, InitError, Step};
+use nfkit_ixgbe::{DeviceConfig, DeviceStats, InitError, Step};
 use nfkit_ixgbe_model::{Faults, LinkFault, ModelConfig};
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,11 @@ fn init_and_open_all(mode: Mode, n: usize) {
         pool.capacity(),
         "queues gave their buffers back"
     );
-    let _ = dev.stats();
+    assert_eq!(
+        dev.stats(),
+        DeviceStats::default(),
+        "no traffic: every counter reads zero"
+    );
     assert_no_violations(&nic);
     bench.stop();
 }

@@ -10,7 +10,7 @@ use crate::{
 
 /// The NF names [`build`] knows, with a one-line description.
 pub const NFS: &[(&str, &str)] = &[
-    ("nat", "NAPT (RFC 3022), endpoint-independent mapping"),
+    ("nat", "NAPT (RFC 3022; RFC 4787/5382/5508 behaviour)"),
     (
         "bridge",
         "MAC-learning bridge with ageing and static entries",

@@ -27,6 +27,7 @@ mod flow;
 mod ipv4;
 mod l4;
 mod layout;
+pub mod offload;
 #[cfg(feature = "proptest")]
 pub mod strategy;
 

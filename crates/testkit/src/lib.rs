@@ -381,6 +381,19 @@ impl TwoHosts {
         TwoHosts::with_queues(1)
     }
 
+    /// Veth pairs left at the kernel's default offload settings (transmit
+    /// checksum offload and TSO on, as containers have them): frames
+    /// reach a forwarder with partial checksums and as 64 KiB segments.
+    pub fn at_default_offloads(queues: usize) -> Result<TwoHosts> {
+        let a = Host::new("10.99.0.1", queues)?;
+        let b = Host::new("10.99.0.2", queues)?;
+        Ok(TwoHosts {
+            a,
+            b,
+            offloads_off: false,
+        })
+    }
+
     /// Veth pairs with `queues` queues per end.
     pub fn with_queues(queues: usize) -> Result<TwoHosts> {
         let a = Host::new("10.99.0.1", queues)?;

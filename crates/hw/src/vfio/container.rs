@@ -2,16 +2,13 @@
 //! devices of one nfkit process share a container, so every device sees
 //! every DMA region at the same IOVA.
 
-use super::device::VfioDevice;
 use super::{group, ioctl, VfioConfig};
 use crate::error::HwError;
-use crate::pci::PciAddress;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -98,30 +95,9 @@ impl VfioContainer {
         &self.inner.cfg
     }
 
-    /// Open PCI function `addr` (bound to vfio-pci), attaching its IOMMU
-    /// group to this container first if needed.
-    pub fn device(&self, addr: PciAddress) -> Result<VfioDevice, HwError> {
-        let group_no = group::preflight(&self.inner.cfg, addr)?;
-        let group = self.attach_group(group_no)?;
-        let name = CString::new(addr.to_string()).map_err(|e| HwError::Invalid(e.to_string()))?;
-        // SAFETY: GROUP_GET_DEVICE_FD takes a NUL-terminated device name.
-        let fd = unsafe {
-            ioctl::with_ptr(&group, ioctl::GROUP_GET_DEVICE_FD, name.as_ptr().cast_mut())
-        }
-        .map_err(|e| {
-            HwError::Vfio(format!(
-                "getting a device fd for {addr} from group {group_no}: {e}"
-            ))
-        })?;
-        // SAFETY: the ioctl returned a new file descriptor that nothing
-        // else owns.
-        let file = unsafe { File::from_raw_fd(fd) };
-        VfioDevice::new(addr, file, group, self.clone())
-    }
-
     /// Attach group `n` (once), and set the IOMMU type when the first
     /// group joins (the kernel only accepts it then).
-    fn attach_group(&self, n: u32) -> Result<Arc<File>, HwError> {
+    pub(super) fn attach_group(&self, n: u32) -> Result<Arc<File>, HwError> {
         let mut state = self.inner.state.lock();
         if let Some(g) = state.groups.get(&n) {
             return Ok(g.clone());

@@ -3,14 +3,15 @@
 //! configuration space as region 7).
 
 use super::container::VfioContainer;
-use super::ioctl;
+use super::{group, ioctl};
 use crate::error::HwError;
 use crate::linux::enable_bus_master;
 use crate::linux::mapping::Mapping;
 use crate::mmio::{FileIoBar, MmioBar};
 use crate::pci::{config, PciAddress, PciFunction};
+use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -49,6 +50,29 @@ impl std::fmt::Debug for VfioDevice {
         f.debug_struct("VfioDevice")
             .field("addr", &self.addr)
             .finish()
+    }
+}
+
+impl VfioContainer {
+    /// Open PCI function `addr` (bound to vfio-pci), attaching its IOMMU
+    /// group to this container first if needed.
+    pub fn device(&self, addr: PciAddress) -> Result<VfioDevice, HwError> {
+        let group_no = group::preflight(self.config(), addr)?;
+        let group = self.attach_group(group_no)?;
+        let name = CString::new(addr.to_string()).map_err(|e| HwError::Invalid(e.to_string()))?;
+        // SAFETY: GROUP_GET_DEVICE_FD takes a NUL-terminated device name.
+        let fd = unsafe {
+            ioctl::with_ptr(&group, ioctl::GROUP_GET_DEVICE_FD, name.as_ptr().cast_mut())
+        }
+        .map_err(|e| {
+            HwError::Vfio(format!(
+                "getting a device fd for {addr} from group {group_no}: {e}"
+            ))
+        })?;
+        // SAFETY: the ioctl returned a new file descriptor that nothing
+        // else owns.
+        let file = unsafe { File::from_raw_fd(fd) };
+        VfioDevice::new(addr, file, group, self.clone())
     }
 }
 

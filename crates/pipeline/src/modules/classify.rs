@@ -330,8 +330,15 @@ pub struct FxHasher(u64);
 impl Hasher for FxHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            self.write_u64(be(c));
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.write_u64(u64::from_ne_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            self.write_u64(be(rest));
         }
     }
     #[inline]

@@ -2,7 +2,8 @@
 //! virtual one that tests move by hand (exact and fast).
 
 use nfkit_hw::sim::VirtualClock;
-use std::time::{Duration, Instant};
+use nfkit_hw::SystemClock;
+use std::time::Duration;
 
 /// Time for the scheduler, in nanoseconds.
 pub trait SchedClock: Send + Sync {
@@ -11,27 +12,18 @@ pub trait SchedClock: Send + Sync {
     fn idle_until(&self, t: u64);
 }
 
-/// The monotonic clock. Short waits spin (a worker owns its core);
-/// long ones sleep.
-#[derive(Debug, Clone, Copy)]
-pub struct RealClock {
-    origin: Instant,
-}
-
-impl Default for RealClock {
-    fn default() -> Self {
-        RealClock {
-            origin: Instant::now(),
-        }
-    }
-}
+/// The monotonic clock: nfkit-hw's, read from the time-stamp counter
+/// where the kernel trusts it (a few nanoseconds a round). Short waits
+/// spin (a worker owns its core); long ones sleep.
+pub type RealClock = SystemClock;
 
 /// Waits shorter than this spin instead of sleeping.
 const SPIN_LIMIT_NS: u64 = 100_000;
 
-impl SchedClock for RealClock {
+impl SchedClock for SystemClock {
+    #[inline]
     fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
+        SystemClock::now_ns(self)
     }
     fn idle_until(&self, t: u64) {
         let now = self.now_ns();

@@ -209,8 +209,25 @@ fn open_queue(
 }
 
 /// Copy a ring frame into `b`, putting back a VLAN tag the kernel took
-/// out. Returns false if it does not fit.
+/// out, and completing a checksum the kernel left partial (the sender's
+/// transmit checksum offload: no NIC will finish it on the way out).
+/// Returns false if it does not fit.
 fn copy_frame(f: &RxFrame<'_>, b: &mut PktBuf) -> bool {
+    if !copy_data(f, b) {
+        return false;
+    }
+    if let Some((start, offset)) = f.needs_csum {
+        let shift = b.len() - f.data.len(); // a VLAN tag put back
+        nfkit_packet::offload::complete_partial(
+            b.data_mut(),
+            usize::from(start) + shift,
+            usize::from(offset),
+        );
+    }
+    true
+}
+
+fn copy_data(f: &RxFrame<'_>, b: &mut PktBuf) -> bool {
     let tag = f.vlan.filter(|&(_, tci)| tci != 0 || f.data.len() >= 12);
     let extra = if tag.is_some() { VLAN_HLEN } else { 0 };
     if b.set_len(f.data.len() + extra).is_err() {

@@ -180,6 +180,13 @@ pub struct RxFrame<'a> {
     pub pkttype: u8,
     /// A VLAN tag the kernel took out of the frame: (TPID, TCI).
     pub vlan: Option<(u16, u16)>,
+    /// From the frame's `virtio_net_hdr`: the TCP/UDP checksum is partial
+    /// (`VIRTIO_NET_HDR_F_NEEDS_CSUM`, the kernel's `CHECKSUM_PARTIAL`),
+    /// to be completed from `csum_start` (from the frame's start, before
+    /// any VLAN tag is put back) into the field `csum_offset` further.
+    pub needs_csum: Option<(u16, u16)>,
+    /// The frame is a segmentation-offload super-frame (`gso_type` set).
+    pub gso: bool,
 }
 
 /// A frame header the kernel wrote that points outside its slot or
@@ -189,7 +196,14 @@ const MALFORMED: RxFrame<'static> = RxFrame {
     wire_len: usize::MAX,
     pkttype: 0,
     vlan: None,
+    needs_csum: None,
+    gso: false,
 };
+
+/// `virtio_net_hdr` flags and fields the receive side reads.
+const VNET_F_NEEDS_CSUM: u8 = 1;
+const VNET_CSUM_START_AT: usize = 6;
+const VNET_CSUM_OFFSET_AT: usize = 8;
 
 /// A walk over fixed-size slots (TX; V2 RX).
 struct Slots {
@@ -455,11 +469,29 @@ impl Rings {
         // SAFETY: pkttype is one byte inside the header area (callers
         // check that the header and its `sockaddr_ll` fit).
         let pkttype = unsafe { *self.at(hdr + l.pkttype()) };
+        // The kernel writes the frame's virtio_net_hdr right before it
+        // (tp_mac leaves room for it behind the header).
+        let (mut needs_csum, mut gso) = (None, false);
+        if mac >= l.end + VNET_HDR_LEN {
+            let v = start - VNET_HDR_LEN;
+            // SAFETY: two bytes inside the slot, between the frame header
+            // and the frame (checked just above).
+            let (flags, gso_type) = unsafe { (*self.at(v), *self.at(v + 1)) };
+            gso = gso_type != 0;
+            if flags & VNET_F_NEEDS_CSUM != 0 {
+                needs_csum = Some((
+                    self.read_u16(v + VNET_CSUM_START_AT),
+                    self.read_u16(v + VNET_CSUM_OFFSET_AT),
+                ));
+            }
+        }
         RxFrame {
             data,
             wire_len: self.read_u32(hdr + l.len) as usize,
             pkttype,
             vlan,
+            needs_csum,
+            gso,
         }
     }
 

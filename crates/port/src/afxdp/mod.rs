@@ -422,7 +422,10 @@ impl XskQueue {
         Ok(q)
     }
 
-    fn rx(&mut self, cache: &mut PoolCache, batch: &mut Batch) -> usize {
+    /// `complete`: finish TCP/UDP checksums the sender left partial (copy
+    /// mode, where the kernel does not tell; see
+    /// [`nfkit_packet::offload::complete_if_partial`]).
+    fn rx(&mut self, cache: &mut PoolCache, batch: &mut Batch, complete: bool) -> usize {
         let avail = self.rx.available().min(batch.room() as u32);
         let mut taken = 0;
         let mut n = 0;
@@ -433,6 +436,9 @@ impl XskQueue {
             match self.umem.read(d.addr, d.len as usize) {
                 Some(data) if b.copy_from(data).is_ok() => {
                     self.stats.rx_bytes += data.len() as u64;
+                    if complete {
+                        nfkit_packet::offload::complete_if_partial(b.data_mut());
+                    }
                     batch.push(b);
                     n += 1;
                 }
@@ -558,7 +564,7 @@ impl Port for AfXdpPort {
                 ));
             }
         }
-        q.rx(&mut self.rx_cache, batch)
+        q.rx(&mut self.rx_cache, batch, !zc)
     }
 
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {

@@ -121,7 +121,11 @@ pub fn tcp_transfer(a: &Netns, b: &Netns, b_ip: &str) -> bool {
         return false;
     };
     let sv: Vec<&str> = server.iter().map(String::as_str).collect();
-    let cv: Vec<&str> = client.iter().map(String::as_str).collect();
+    // bounded: a transfer that stalls fails the test instead of hanging it
+    let cv: Vec<&str> = ["timeout", "30"]
+        .into_iter()
+        .chain(client.iter().map(String::as_str))
+        .collect();
     let server = b.spawn(&sv).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     a.run(&cv).unwrap();
@@ -160,4 +164,18 @@ pub fn iperf3(a: &Netns, b: &Netns, b_ip: &str) -> bool {
     assert!(bytes > 0, "iperf3 moved no data: {out}");
     eprintln!("iperf3 through nfkit: {bytes} bytes in 1 s");
     true
+}
+
+/// The checksum errors the namespace's stack counted (`nstat -az`:
+/// IP, TCP and UDP InCsumErrors); 0 without nstat.
+pub fn csum_errors(ns: &Netns) -> u64 {
+    if !have_tool("nstat") {
+        eprintln!("SKIP: checksum error count: nstat is not installed");
+        return 0;
+    }
+    let out = ns.run(&["nstat", "-az"]).unwrap_or_default();
+    out.lines()
+        .filter(|l| l.contains("InCsumErrors"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
 }

@@ -1,0 +1,217 @@
+//! The per-core cache of free entry ids, and the runs of freed buffers
+//! of another pool that go home under one lock.
+
+use super::mempool::{give_back, Mempool};
+use super::pktbuf::PktBuf;
+use std::fmt;
+use std::mem::{ManuallyDrop, MaybeUninit};
+
+/// Ids moved between a [`PoolCache`] and the shared stack at once, at
+/// least (2 under loom, so a handful of ids runs through refill and
+/// spill).
+pub(super) const CACHE_CHUNK: usize = if cfg!(loom) { 2 } else { 32 };
+
+impl Mempool {
+    /// A per-core cache for this pool, keeping about `size` ids.
+    pub fn cache(&self, size: usize) -> PoolCache {
+        let limit = size.max(CACHE_CHUNK);
+        PoolCache {
+            pool: self.clone(),
+            ids: Vec::with_capacity(limit * 2),
+            limit,
+        }
+    }
+}
+
+/// A per-core stack of free entry ids (no lock and no atomic operation
+/// per packet).
+pub struct PoolCache {
+    pub(super) pool: Mempool,
+    pub(super) ids: Vec<u32>,
+    limit: usize,
+}
+
+impl fmt::Debug for PoolCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolCache")
+            .field("pool", &self.pool.name())
+            .field("cached", &self.ids.len())
+            .finish()
+    }
+}
+
+impl PoolCache {
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// Take one buffer, refilling from the shared stack when empty.
+    #[inline]
+    pub fn alloc(&mut self) -> Option<PktBuf> {
+        let id = self.alloc_id()?;
+        Some(self.pool.make(id))
+    }
+
+    /// Return a buffer. A buffer of another pool goes straight home.
+    #[inline]
+    pub fn free(&mut self, buf: PktBuf) {
+        if !buf.pool.same(&self.pool) {
+            drop(buf);
+            return;
+        }
+        let id = buf.into_id();
+        self.free_id(id);
+    }
+
+    /// Return many buffers. Those of this pool stay in the cache; the
+    /// others go home under one lock per run of buffers of one pool (a
+    /// queue forwarding from another port frees nothing but those).
+    pub fn free_bulk(&mut self, bufs: impl Iterator<Item = PktBuf>) {
+        let mut run = ForeignRun::default();
+        for buf in bufs {
+            self.free_into(buf, &mut run);
+        }
+        run.flush();
+    }
+
+    /// One buffer of [`Self::free_bulk`]: kept if it is this pool's,
+    /// else added to `run` (flushed first if it is another pool's run or
+    /// full).
+    #[inline(always)]
+    fn free_into(&mut self, buf: PktBuf, run: &mut ForeignRun) {
+        if buf.pool.same(&self.pool) {
+            let id = buf.into_id();
+            self.free_id(id);
+        } else {
+            run.add(buf);
+        }
+    }
+
+    /// Free the `n` packets at `bufs`, which the caller gives up (reads
+    /// them, then never uses or drops them again). One comparison and
+    /// one store per packet while they are of one pool; each run of one
+    /// pool goes to the cache (this pool) or home (others) at once.
+    ///
+    /// # Safety
+    /// `bufs..bufs + n` are initialized packets the caller owns and
+    /// forgets.
+    #[inline]
+    pub(super) unsafe fn free_all(&mut self, bufs: *const PktBuf, n: usize) {
+        let mut k = 0;
+        while k < n {
+            // SAFETY: k < n (caller's contract).
+            let pool = unsafe { &(*bufs.add(k)).pool };
+            let mut ids = [MaybeUninit::<u32>::uninit(); CACHE_CHUNK];
+            let run = (n - k).min(CACHE_CHUNK);
+            let mut len = 0;
+            while len < run {
+                // SAFETY: k + len < n.
+                let buf = unsafe { &*bufs.add(k + len) };
+                if !buf.pool.same(pool) {
+                    break;
+                }
+                ids[len].write(buf.id);
+                len += 1;
+            }
+            // SAFETY: the first `len` ids were written just above.
+            let ids = unsafe { std::slice::from_raw_parts(ids.as_ptr().cast::<u32>(), len) };
+            // The run's ids now belong to `ids`: the packets are forgotten.
+            if pool.same(&self.pool) {
+                self.free_ids(ids);
+            } else {
+                give_back(pool, ids);
+            }
+            k += len;
+        }
+    }
+
+    /// Ids currently cached.
+    pub fn cached(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// An entry id of this pool for the caller to own, refilling from the
+    /// shared stack when empty.
+    #[inline(always)]
+    pub(super) fn alloc_id(&mut self) -> Option<u32> {
+        if self.ids.is_empty() {
+            self.refill();
+        }
+        self.ids.pop()
+    }
+
+    /// Take back an entry id the caller owned.
+    #[inline(always)]
+    pub(super) fn free_id(&mut self, id: u32) {
+        if self.ids.len() >= 2 * self.limit {
+            self.spill();
+        }
+        // Never reallocates: spilling keeps the length below the
+        // capacity of 2 * limit.
+        self.ids.push(id);
+    }
+
+    /// Take back entry ids the caller owned, at most `2 * limit`.
+    #[inline(always)]
+    fn free_ids(&mut self, ids: &[u32]) {
+        if self.ids.len() + ids.len() > 2 * self.limit {
+            self.spill();
+        }
+        // Never reallocates: after spilling, `limit` ids are cached.
+        self.ids.extend_from_slice(ids);
+    }
+
+    #[cold]
+    pub(super) fn refill(&mut self) {
+        let want = self.limit.min(CACHE_CHUNK * 4);
+        let inner = &self.pool.inner;
+        inner.free.lock().take(inner, want, &mut self.ids);
+    }
+
+    #[cold]
+    fn spill(&mut self) {
+        let keep = self.limit;
+        give_back(&self.pool, &self.ids[keep..]);
+        self.ids.truncate(keep);
+    }
+}
+
+impl Drop for PoolCache {
+    fn drop(&mut self) {
+        give_back(&self.pool, &self.ids);
+        self.ids.clear();
+    }
+}
+
+/// Ids of consecutive freed buffers of one pool, returned under one lock.
+#[derive(Default)]
+pub(super) struct ForeignRun {
+    /// The pool of the ids, borrowed like a buffer's (the ids are out of
+    /// its stack, so it is alive).
+    pool: Option<ManuallyDrop<Mempool>>,
+    ids: [u32; CACHE_CHUNK],
+    len: usize,
+}
+
+impl ForeignRun {
+    /// Add a buffer: to this run if it is of the run's pool and there is
+    /// room, else to a new run after flushing this one.
+    #[inline(always)]
+    pub(super) fn add(&mut self, buf: PktBuf) {
+        let fits = self.len < CACHE_CHUNK && self.pool.as_ref().is_some_and(|p| p.same(&buf.pool));
+        if !fits {
+            self.flush();
+            self.pool = Some(buf.pool.borrowed());
+        }
+        self.ids[self.len % CACHE_CHUNK] = buf.into_id();
+        self.len += 1;
+    }
+
+    pub(super) fn flush(&mut self) {
+        if let Some(pool) = &self.pool {
+            give_back(pool, &self.ids[..self.len.min(CACHE_CHUNK)]);
+        }
+        self.pool = None;
+        self.len = 0;
+    }
+}

@@ -1,0 +1,235 @@
+//! One packet in a pool entry, and taking one from the pool.
+
+use super::mempool::{give_back, IdArray, Mempool, HEADROOM, META_SIZE};
+use std::fmt;
+use std::mem::ManuallyDrop;
+
+impl Mempool {
+    /// Take one buffer from the shared stack.
+    pub fn alloc(&self) -> Option<PktBuf> {
+        let mut id = [0u32; 1];
+        let mut got = IdArray::new(&mut id);
+        self.inner.free.lock().take(&self.inner, 1, &mut got);
+        (got.len == 1).then(|| self.make(id[0]))
+    }
+    #[inline(always)]
+    pub(super) fn make(&self, id: u32) -> PktBuf {
+        PktBuf {
+            pool: self.borrowed(),
+            id,
+            offset: HEADROOM as u16,
+            len: 0,
+        }
+    }
+}
+
+/// One packet in a DMA buffer of a [`Mempool`]. Dropping it returns the
+/// buffer to its pool.
+pub struct PktBuf {
+    /// The pool, borrowed: no reference count (the pool's shared stack
+    /// keeps it alive while this buffer is out, see `FreeStack`).
+    pub(super) pool: ManuallyDrop<Mempool>,
+    pub(super) id: u32,
+    /// Offset of the first data byte within the entry.
+    pub(super) offset: u16,
+    pub(super) len: u16,
+}
+
+impl fmt::Debug for PktBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PktBuf")
+            .field("pool", &self.pool.name())
+            .field("id", &self.id)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Error from resizing a packet beyond its buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("packet length {requested} does not fit in the buffer ({available} bytes available)")]
+pub struct NoRoom {
+    pub requested: usize,
+    pub available: usize,
+}
+
+impl PktBuf {
+    #[inline(always)]
+    fn entry_start(&self) -> usize {
+        (self.id as usize) << self.pool.inner.buf_shift
+    }
+
+    /// Give up ownership without returning the entry: the caller now
+    /// owns `id`.
+    #[inline(always)]
+    pub(super) fn into_id(self) -> u32 {
+        ManuallyDrop::new(self).id
+    }
+
+    /// Start of the packet bytes, in memory.
+    #[inline(always)]
+    fn data_ptr(&self) -> *mut u8 {
+        let start = self.entry_start() + self.offset as usize;
+        debug_assert!(start + self.len as usize <= self.pool.inner.region.len());
+        // SAFETY: id < count and offset + len <= buf_size are invariants
+        // of every PktBuf (ids come from the pool; each method that moves
+        // offset or len checks against the buffer), so the bytes
+        // `start..start + len` lie in the pool's region.
+        unsafe { self.pool.inner.region.as_ptr().add(start) }
+    }
+
+    /// The pool this buffer belongs to.
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+    /// Entry index within the pool.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes free in front of the data.
+    pub fn headroom(&self) -> usize {
+        self.offset as usize
+    }
+    /// Bytes free after the data.
+    pub fn tailroom(&self) -> usize {
+        self.pool.inner.buf_size - self.offset as usize - self.len as usize
+    }
+
+    /// Device address of the first data byte.
+    #[inline(always)]
+    pub fn device_addr(&self) -> u64 {
+        self.pool.entry_device_addr(self.id) + self.offset as u64
+    }
+
+    /// Device address where received data should land (start of the data
+    /// room, after the default headroom).
+    #[inline(always)]
+    pub fn rx_device_addr(&self) -> u64 {
+        self.pool.entry_device_addr(self.id) + HEADROOM as u64
+    }
+
+    /// The packet bytes.
+    #[inline(always)]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: in the region (see `data_ptr`); this PktBuf is the only
+        // owner of entry `id` and `&self` excludes `&mut` access through it.
+        unsafe { std::slice::from_raw_parts(self.data_ptr(), self.len as usize) }
+    }
+
+    /// The packet bytes, mutable.
+    #[inline(always)]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: in the region (see `data_ptr`); this PktBuf is the only
+        // owner of entry `id`, so no other reference to these bytes exists
+        // on the CPU side, and a device only touches an entry while a
+        // driver ring owns it.
+        unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), self.len as usize) }
+    }
+
+    /// Set the packet length (data start unchanged).
+    #[inline]
+    pub fn set_len(&mut self, len: usize) -> Result<(), NoRoom> {
+        let available = self.pool.inner.buf_size - self.offset as usize;
+        if len > available {
+            return Err(NoRoom {
+                requested: len,
+                available,
+            });
+        }
+        self.len = len as u16;
+        Ok(())
+    }
+
+    /// Reset to an empty packet at the default headroom (for reception).
+    #[inline(always)]
+    pub fn reset(&mut self) {
+        self.offset = HEADROOM as u16;
+        self.len = 0;
+    }
+
+    /// Set length after a device wrote `len` bytes at [`Self::rx_device_addr`].
+    #[inline(always)]
+    pub fn set_received(&mut self, len: usize) {
+        self.offset = HEADROOM as u16;
+        self.len = len.min(self.pool.inner.buf_size - HEADROOM) as u16;
+    }
+
+    /// Grow the packet at the front by `n` bytes; returns the new bytes.
+    pub fn prepend(&mut self, n: usize) -> Result<&mut [u8], NoRoom> {
+        if n > self.offset as usize {
+            return Err(NoRoom {
+                requested: n,
+                available: self.offset as usize,
+            });
+        }
+        self.offset -= n as u16;
+        self.len += n as u16;
+        Ok(&mut self.data_mut()[..n])
+    }
+
+    /// Remove `n` bytes from the front.
+    pub fn adj(&mut self, n: usize) -> Result<(), NoRoom> {
+        if n > self.len as usize {
+            return Err(NoRoom {
+                requested: n,
+                available: self.len as usize,
+            });
+        }
+        self.offset += n as u16;
+        self.len -= n as u16;
+        Ok(())
+    }
+
+    /// Append `bytes` at the end.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) -> Result<(), NoRoom> {
+        let old = self.len();
+        self.set_len(old + bytes.len())?;
+        self.data_mut()[old..].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Replace the contents with `bytes`.
+    pub fn copy_from(&mut self, bytes: &[u8]) -> Result<(), NoRoom> {
+        self.set_len(bytes.len())?;
+        self.data_mut().copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Per-packet metadata (pipeline attributes).
+    #[inline(always)]
+    pub fn metadata(&self) -> &[u8; META_SIZE] {
+        // SAFETY: slot `id` belongs to this PktBuf alone (see Inner).
+        unsafe { &*self.pool.inner.meta[self.id as usize].get() }
+    }
+
+    /// Per-packet metadata, mutable.
+    #[inline(always)]
+    pub fn metadata_mut(&mut self) -> &mut [u8; META_SIZE] {
+        // SAFETY: slot `id` belongs to this PktBuf alone, and `&mut self`
+        // excludes other references through it.
+        unsafe { &mut *self.pool.inner.meta[self.id as usize].get() }
+    }
+
+    /// Allocate a new buffer from the same pool holding a copy of this
+    /// packet (for replication).
+    pub fn try_clone(&self) -> Option<PktBuf> {
+        let mut b = self.pool.alloc()?;
+        b.copy_from(self.data()).ok()?;
+        *b.metadata_mut() = *self.metadata();
+        Some(b)
+    }
+}
+
+impl Drop for PktBuf {
+    fn drop(&mut self) {
+        give_back(&self.pool, &[self.id]);
+    }
+}
