@@ -72,6 +72,7 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+pub mod agent_protocol;
 mod desc;
 mod device;
 mod error;
