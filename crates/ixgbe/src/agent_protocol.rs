@@ -19,7 +19,11 @@ pub const FLUSH_PERIOD: usize = 8;
 /// writes the transmit head back, and the receive tail is recomputed.
 pub const RECYCLE_PERIOD: usize = 64;
 // Flush points are ring positions, and every recycle point is one.
-const _: () = assert!(periods_fit(2 * RECYCLE_PERIOD, FLUSH_PERIOD, RECYCLE_PERIOD));
+const _: () = assert!(periods_fit(
+    2 * RECYCLE_PERIOD,
+    FLUSH_PERIOD,
+    RECYCLE_PERIOD
+));
 
 /// Receive status bits checked for every packet: DD, EOP, the frame
 /// errors (§7.1.5.1) and the length bits of 2 KiB and more. Jumbo frames
