@@ -1,21 +1,27 @@
-//! `cargo xtask fuzz [SECONDS]`: run every cargo-fuzz target of
-//! `crates/virtio/fuzz` (what a vhost-user frontend can send the backend:
-//! socket messages, ring contents) for SECONDS each (default 60), on the
-//! nightly toolchain, installing cargo-fuzz first if it is missing.
+//! `cargo xtask fuzz [SECONDS]`: build every cargo-fuzz target of the
+//! top-level `fuzz/` crate once (nightly, AddressSanitizer; cargo-fuzz is
+//! installed first if missing), then run each for SECONDS (default 60),
+//! one after the other, and print each target's executions per second.
+//! `cargo xtask test` calls [`ci`], which shares a fixed time budget
+//! (build included) among the targets.
 //!
-//! A target that finds a crash fails the command; libFuzzer leaves the
-//! input in `crates/virtio/fuzz/artifacts/TARGET/`. Replay it with
-//! `cargo +nightly fuzz run TARGET ARTIFACT` (from `crates/virtio`) and
-//! add it to the crate's tests once fixed.
+//! Each target starts from its committed inputs in
+//! `fuzz/regressions/TARGET/` and grows a corpus in `fuzz/corpus/TARGET/`
+//! (git-ignored, never committed). A target that finds a crash, hang or
+//! leak fails the command; libFuzzer leaves the input in
+//! `fuzz/artifacts/TARGET/`. Fix the bug, then add the (minimised:
+//! `cargo +nightly fuzz tmin TARGET INPUT`) input to
+//! `fuzz/regressions/TARGET/`, which `cargo test` replays on stable
+//! (`crates/fuzz-harness/tests/regressions.rs`).
 
 use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// The crate whose `fuzz/` directory holds the targets.
-const FUZZ_CRATE: &str = "crates/virtio";
+const FUZZ_DIR: &str = "fuzz";
 const DEFAULT_SECONDS: u64 = 60;
+const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 pub fn main(args: &[String]) -> Result<()> {
     let seconds = match args.first() {
@@ -24,46 +30,166 @@ pub fn main(args: &[String]) -> Result<()> {
             .parse()
             .with_context(|| format!("usage: cargo xtask fuzz [SECONDS]; `{s}` is not a number"))?,
     };
-    ensure_cargo_fuzz()?;
-    let targets = list_targets()?;
-    if targets.is_empty() {
-        bail!("{FUZZ_CRATE}/fuzz has no fuzz targets");
-    }
-    let mut failed = Vec::new();
-    for t in &targets {
-        let started = Instant::now();
-        eprintln!("==> fuzz {t} for {seconds} s");
-        let status = fuzz_cargo()
-            .args(["fuzz", "run", t, "--"])
-            .arg(format!("-max_total_time={seconds}"))
-            // The message target starts a thread per connection.
-            .arg("-rss_limit_mb=4096")
-            .status()
-            .with_context(|| format!("running cargo fuzz run {t}"))?;
-        eprintln!("<== fuzz {t}: {status} in {:.1?}", started.elapsed());
-        if !status.success() {
-            failed.push(t.clone());
-        }
-    }
-    if !failed.is_empty() {
-        bail!(
-            "fuzz targets found crashes: {} (inputs in {FUZZ_CRATE}/fuzz/artifacts/)",
-            failed.join(", ")
-        );
-    }
-    eprintln!("fuzzing: {} targets, no crash", targets.len());
+    let targets = build()?;
+    run_all(&targets, |_| seconds)
+}
+
+/// Build and run every target within `budget` in all (the build's time
+/// included; each target gets an equal share of what is left, at least
+/// two seconds).
+pub fn ci(budget: Duration) -> Result<()> {
+    let started = Instant::now();
+    let targets = build()?;
+    let left = budget
+        .saturating_sub(started.elapsed())
+        .saturating_sub(Duration::from_secs(5));
+    let each = (left.as_secs() / targets.len().max(1) as u64).max(2);
+    eprintln!(
+        "fuzz: built in {:.1?}; {} targets, {each} s each",
+        started.elapsed(),
+        targets.len()
+    );
+    run_all(&targets, |_| each)?;
+    eprintln!("fuzz: all targets in {:.1?}", started.elapsed());
     Ok(())
 }
 
-/// `cargo +nightly` in the fuzzed crate, with its own target directory
-/// (sanitizer builds share nothing with the workspace's).
+fn run_all(targets: &[String], seconds: impl Fn(&str) -> u64) -> Result<()> {
+    let mut failed = Vec::new();
+    let mut table = Vec::new();
+    for t in targets {
+        let s = seconds(t);
+        match run_one(t, s)? {
+            Ok(stats) => table.push((t.clone(), stats)),
+            Err(report) => {
+                eprintln!("{report}");
+                failed.push(t.clone());
+            }
+        }
+    }
+    eprintln!(
+        "{:<20} {:>12} {:>10} {:>9}",
+        "target", "executions", "execs/s", "seconds"
+    );
+    for (t, s) in &table {
+        eprintln!(
+            "{t:<20} {:>12} {:>10} {:>9.1}",
+            s.execs, s.per_sec, s.seconds
+        );
+    }
+    if !failed.is_empty() {
+        bail!(
+            "fuzz targets failed: {} (inputs in {FUZZ_DIR}/artifacts/TARGET/)",
+            failed.join(", ")
+        );
+    }
+    eprintln!("fuzzing: {} targets, no finding", targets.len());
+    Ok(())
+}
+
+struct Stats {
+    execs: u64,
+    per_sec: u64,
+    seconds: f64,
+}
+
+/// Run one target's binary for `seconds`; its statistics, or the tail of
+/// libFuzzer's report if it found something.
+fn run_one(target: &str, seconds: u64) -> Result<Result<Stats, String>> {
+    let bin = target_dir().join(TRIPLE).join("release").join(target);
+    let corpus = Path::new(FUZZ_DIR).join("corpus").join(target);
+    let seeds = Path::new(FUZZ_DIR).join("regressions").join(target);
+    let artifacts = Path::new(FUZZ_DIR).join("artifacts").join(target);
+    std::fs::create_dir_all(&corpus)?;
+    std::fs::create_dir_all(&artifacts)?;
+    let mut cmd = Command::new(&bin);
+    cmd.arg(&corpus);
+    if seeds.is_dir() {
+        cmd.arg(&seeds);
+    }
+    cmd.arg(format!("-max_total_time={seconds}"))
+        .arg("-timeout=10")
+        .arg("-rss_limit_mb=4096")
+        .arg("-print_final_stats=1")
+        .arg(format!("-artifact_prefix={}/", artifacts.display()));
+    eprintln!("==> fuzz {target} for {seconds} s");
+    let started = Instant::now();
+    let out = cmd
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let stat = |name: &str| -> u64 {
+        log.lines()
+            .find_map(|l| l.strip_prefix(&format!("stat::{name}:")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    if !out.status.success() {
+        let tail: Vec<&str> = log.lines().rev().take(60).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Ok(Err(format!(
+            "<== fuzz {target}: {} after {elapsed:.1} s\n{}",
+            out.status,
+            tail.join("\n")
+        )));
+    }
+    let stats = Stats {
+        execs: stat("number_of_executed_units"),
+        per_sec: stat("average_exec_per_sec"),
+        seconds: elapsed,
+    };
+    eprintln!(
+        "<== fuzz {target}: {} executions, {} per second",
+        stats.execs, stats.per_sec
+    );
+    Ok(Ok(stats))
+}
+
+/// Where cargo-fuzz builds: its own directory (sanitizer builds share
+/// nothing with the workspace's), under CARGO_TARGET_DIR when set.
+fn target_dir() -> PathBuf {
+    match std::env::var("CARGO_TARGET_DIR") {
+        Ok(dir) => PathBuf::from(dir).join("fuzz"),
+        Err(_) => Path::new(FUZZ_DIR).join("target"),
+    }
+}
+
 fn fuzz_cargo() -> Command {
     let mut c = Command::new("cargo");
-    c.arg("+nightly").current_dir(FUZZ_CRATE);
-    if let Ok(dir) = std::env::var("CARGO_TARGET_DIR") {
-        c.env("CARGO_TARGET_DIR", PathBuf::from(dir).join("fuzz"));
-    }
+    c.arg("+nightly")
+        .current_dir(".")
+        .env("CARGO_TARGET_DIR", absolute(&target_dir()));
     c
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::env::current_dir()
+        .map(|d| d.join(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Build every target once; their names.
+fn build() -> Result<Vec<String>> {
+    ensure_cargo_fuzz()?;
+    let targets = list_targets()?;
+    if targets.is_empty() {
+        bail!("{FUZZ_DIR}/ has no fuzz targets");
+    }
+    let started = Instant::now();
+    eprintln!("==> cargo fuzz build ({} targets)", targets.len());
+    let status = fuzz_cargo()
+        .args(["fuzz", "build", "--fuzz-dir", FUZZ_DIR])
+        .status()
+        .context("running cargo fuzz build")?;
+    eprintln!(
+        "<== cargo fuzz build: {status} in {:.1?}",
+        started.elapsed()
+    );
+    if !status.success() {
+        bail!("cargo fuzz build failed ({status})");
+    }
+    Ok(targets)
 }
 
 fn ensure_cargo_fuzz() -> Result<()> {
@@ -94,7 +220,7 @@ fn ensure_cargo_fuzz() -> Result<()> {
 
 fn list_targets() -> Result<Vec<String>> {
     let out = fuzz_cargo()
-        .args(["fuzz", "list"])
+        .args(["fuzz", "list", "--fuzz-dir", FUZZ_DIR])
         .output()
         .context("running cargo fuzz list")?;
     if !out.status.success() {

@@ -2,12 +2,14 @@
 //!
 //! - `cargo xtask test`: install what the tests need (Debian packages, only
 //!   when root and missing), then run every check and test: fmt, clippy,
-//!   the workspace tests, the pool under loom and the agent protocol's
-//!   model check (`verify.rs`), the long release-mode tests, the QEMU
-//!   guest tests.
+//!   the workspace tests (they replay the fuzz regression inputs on
+//!   stable), the pool under loom and the agent protocol's model check
+//!   (`verify.rs`), the long release-mode tests, the QEMU guest tests, and
+//!   every fuzz target briefly (nightly; 4 minutes in all, build included).
 //! - `cargo xtask deps`: only the installation step.
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
+//! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS each (`fuzz.rs`).
 
 mod fuzz;
 mod guest;
@@ -204,6 +206,8 @@ fn test(args: &[String]) -> Result<()> {
             ]),
         )?;
         guest::run_guest_tests()?;
+        // Every fuzz target briefly (nightly), 4 minutes in all with the build.
+        fuzz::ci(std::time::Duration::from_secs(240))?;
     }
     eprintln!("all tests passed in {:.1?}", started.elapsed());
     Ok(())

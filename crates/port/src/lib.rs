@@ -35,15 +35,18 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod agent;
 pub mod fwd;
+pub mod model;
 pub mod netdev;
 pub mod null;
 pub mod open;
 pub mod pcap;
+pub mod rate;
 pub mod spec;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub mod tap;
 
+pub use model::Model;
 pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
 pub use spec::{PortSpec, SpecError};
 
@@ -165,6 +168,17 @@ pub trait Port: Send {
     /// Push buffered output to its destination (a capture file).
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())
+    }
+    /// Split the port into independent parts, one per queue number, so
+    /// that different threads own different queues with no lock between
+    /// them (a pipeline gives each worker the queues it polls). Part `q`
+    /// serves receive queue `q` and transmit queue `q` under their
+    /// original numbers, reports the whole port's `rx_queues` and
+    /// `tx_queues`, and counts only its own queues. `self` is left an
+    /// empty shell. The default cannot split and returns `None`, leaving
+    /// the port as it was (a pipeline then shares it under a lock).
+    fn split_queues(&mut self) -> Option<Vec<Box<dyn Port>>> {
+        None
     }
 }
 

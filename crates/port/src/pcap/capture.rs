@@ -51,12 +51,16 @@ impl Capture {
         }
         let bytes =
             std::fs::read(path).map_err(|e| format!("cannot read capture `{shown}`: {e}"))?;
+        Capture::from_bytes(bytes).map_err(|e| format!("capture `{shown}`: {e}"))
+    }
+
+    /// Check and index a capture file's contents (pcap or pcapng).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Capture, String> {
         let frames = match bytes.get(..4) {
             Some(m) if PCAP_MAGICS.iter().any(|p| p == m) => index_pcap(&bytes),
             Some(m) if m == PCAPNG_MAGIC => index_pcapng(&bytes),
             _ => Err("not a pcap or pcapng file (unknown magic number)".to_string()),
-        }
-        .map_err(|e| format!("capture `{shown}`: {e}"))?;
+        }?;
         Ok(Capture { bytes, frames })
     }
 

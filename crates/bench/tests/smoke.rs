@@ -1,0 +1,72 @@
+//! The comparison benchmarks run end to end as the real `nfkit-bench`
+//! binary (what `nfkit bench` runs)
+//! (root and dpdk-testpmd; else SKIP): every case prints a row with both
+//! sides' figures and a ratio. Nothing here judges a figure (that is
+//! what the benchmarks are for, in release builds); a debug build only
+//! shows that the commands, testpmd's start-up and its parsing still
+//! work, for the shortest `--seconds` they take.
+
+use nfkit_testkit::{require_root, require_tool};
+use std::process::Command;
+
+/// One benchmark at a time: they pin the same core, and each reserves
+/// hugepages and gives them back when it ends (two at once could leave
+/// the pool at the size the other saw).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn bench(args: &[&str]) -> String {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_nfkit-bench"))
+        .args(args)
+        .output()
+        .expect("running nfkit-bench");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "nfkit bench {args:?} failed:\n{text}");
+    text
+}
+
+/// The table row of `case`: present, with figures on both sides.
+fn row<'a>(text: &'a str, case: &str) -> &'a str {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(case))
+        .unwrap_or_else(|| panic!("no row for `{case}` in:\n{text}"));
+    assert!(!line.contains("error"), "`{case}` failed:\n{text}");
+    assert!(
+        line.split_whitespace().any(|w| w.ends_with('x')),
+        "`{case}` has no ratio:\n{text}"
+    );
+    line
+}
+
+#[test]
+fn bench_ports_prints_every_case() {
+    require_root!();
+    require_tool!("dpdk-testpmd");
+    let text = bench(&["ports", "--seconds", "1"]);
+    for case in ["AF_XDP (veth)", "AF_PACKET (veth)", "null"] {
+        row(&text, case);
+    }
+}
+
+#[test]
+fn bench_pipeline_prints_every_case() {
+    require_root!();
+    require_tool!("dpdk-testpmd");
+    let text = bench(&["pipeline", "--seconds", "1"]);
+    for case in [
+        "pipeline Source -> Sink",
+        "pipeline PortInc -> PortOut, 2 null",
+    ] {
+        row(&text, case);
+    }
+    let dpdk = text
+        .lines()
+        .find(|l| l.starts_with("dpdk-testpmd io"))
+        .unwrap_or_else(|| panic!("no DPDK line in:\n{text}"));
+    assert!(!dpdk.contains("error"), "{text}");
+}

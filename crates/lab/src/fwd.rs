@@ -1,0 +1,185 @@
+//! `nfkit fwd A B`: bidirectional forwarding that touches each packet
+//! (like ixy-fwd), with either driver model, printing a line per port per
+//! direction each second and a summary at the end.
+//!
+//! - Queue model: [`nfkit_port::fwd::fwd`] over any two ports.
+//! - Agent model: on two 82599s (sim: or pci:), one TinyNF agent per
+//!   direction on the devices themselves; on other ports, the agent
+//!   handler runs through [`nfkit_port::agent::AgentAdapter`].
+//!
+//! Simulated ports get a generator and a sink on their wires, so
+//! `nfkit fwd sim:0 sim:1` forwards real load.
+
+use crate::{registry, stop_flag, SimLab, SimWire};
+use anyhow::{bail, Context, Result};
+use nfkit_hw::Bar;
+use nfkit_ixgbe::{Agent, AgentConfig, AgentStats, Device};
+use nfkit_port::agent::AgentAdapter;
+use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
+use nfkit_port::rate::{self, RateLines};
+use nfkit_port::{Model, OpenOptions, Port, PortSpec};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct FwdArgs {
+    pub ports: [String; 2],
+    pub model: Model,
+    /// Stop after this long (else on Ctrl-C, or when finite sources end).
+    pub seconds: Option<u64>,
+    pub queues: usize,
+}
+
+/// Forward until `args.seconds` pass, Ctrl-C, or finite sources end,
+/// printing per-second lines and a summary.
+pub fn run(args: &FwdArgs) -> Result<()> {
+    let specs: Vec<PortSpec> = args
+        .ports
+        .iter()
+        .map(|s| s.parse().with_context(|| format!("port `{s}`")))
+        .collect::<Result<_>>()?;
+    let lab = SimLab::new(
+        SimWire::Load {
+            frame_len: 60,
+            flows: 1024,
+        },
+        args.queues,
+    );
+    let stop = stop_flag(args.seconds);
+    let both_sim = specs.iter().all(|s| matches!(s, PortSpec::Sim(_)));
+    if args.model.on(both_sim) == Model::Agent {
+        return agents_on_sim(&lab, &specs, &stop);
+    }
+    let reg = registry(lab.clone(), args.queues);
+    let opts = OpenOptions::default();
+    let mut a = reg.open(&specs[0], &opts)?;
+    let mut b = reg.open(&specs[1], &opts)?;
+    lab.start_load();
+    let report = match args.model.on(false) {
+        Model::Queue => queues(&mut *a, &mut *b, &stop)?,
+        _ => adapter(&mut *a, &mut *b, &stop),
+    };
+    lab.stop_load();
+    for (i, p) in [&a, &b].iter().enumerate() {
+        println!("{}", rate::summary(p.name(), &report.ports[i]));
+    }
+    for (i, d) in report.dirs.iter().enumerate() {
+        println!(
+            "{} -> {}: received {}, forwarded {}, dropped {}",
+            args.ports[i],
+            args.ports[1 - i],
+            d.received,
+            d.forwarded,
+            d.dropped
+        );
+    }
+    Ok(())
+}
+
+fn queues(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> Result<FwdReport> {
+    let mut lines = RateLines::of_ports(&[&mut *a, &mut *b]);
+    let opts = FwdOptions {
+        touch: Touch::Read,
+        ..FwdOptions::default()
+    };
+    Ok(fwd([a, b], &opts, stop, |r| lines.print(r.ports.to_vec()))?)
+}
+
+fn adapter(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> FwdReport {
+    let mut lines = RateLines::of_ports(&[&mut *a, &mut *b]);
+    let mut agent = AgentAdapter::new(2);
+    // port 0's packets go out of port 1 and the other way round
+    let mut handlers = [
+        |_: &mut [u8], len: usize, out: &mut [u16]| out[1] = len as u16,
+        |_: &mut [u8], len: usize, out: &mut [u16]| out[0] = len as u16,
+    ];
+    let mut ports: [&mut dyn Port; 2] = [a, b];
+    let mut at = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..1024 {
+            agent.poll(&mut ports, &mut handlers);
+        }
+        if at.elapsed() >= Duration::from_secs(1) {
+            lines.print(vec![ports[0].stats(), ports[1].stats()]);
+            at = Instant::now();
+        }
+    }
+    let s = agent.stats();
+    let mut report = FwdReport {
+        ports: [ports[0].stats(), ports[1].stats()],
+        ..FwdReport::default()
+    };
+    for i in 0..2 {
+        report.dirs[i].received = s.received[i];
+        report.dirs[i].forwarded = s.sent[1 - i];
+        report.dirs[i].dropped = s.dropped[1 - i] + s.discarded[i];
+    }
+    report
+}
+
+fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Result<()> {
+    let (PortSpec::Sim(x), PortSpec::Sim(y)) = (&specs[0], &specs[1]) else {
+        bail!("agents need two sim: ports here");
+    };
+    if x == y {
+        bail!("sim:{x} given twice: forward between two different ports");
+    }
+    let devs = [
+        lab.open_device(*x, &specs[0].to_string())?,
+        lab.open_device(*y, &specs[1].to_string())?,
+    ];
+    lab.start_load();
+    let device_stats = || devs.iter().map(|d| d.stats().as_port_stats()).collect();
+    let mut lines = RateLines::new(
+        specs.iter().map(|s| s.to_string()).collect(),
+        device_stats(),
+    );
+    let stats = run_agent_pair(&devs, stop, || {
+        if lines.due() {
+            lines.print(device_stats());
+        }
+    })?;
+    lab.stop_load();
+    for (i, s) in stats.iter().enumerate() {
+        println!(
+            "{} -> {}: received {}, forwarded {}, receive errors {}",
+            specs[i],
+            specs[1 - i],
+            s.rx_packets,
+            s.tx_packets[0],
+            s.rx_errors
+        );
+    }
+    Ok(())
+}
+
+/// Forward between two 82599s with one agent per direction, touching each
+/// packet like ixy-fwd (a byte of the destination MAC is bumped), until
+/// `stop` is set; `tick` runs every few thousand rounds. Returns each
+/// direction's agent counters.
+pub fn run_agent_pair<B: Bar + 'static>(
+    devs: &[Device<B>; 2],
+    stop: &AtomicBool,
+    mut tick: impl FnMut(),
+) -> Result<[AgentStats; 2]> {
+    let cfg = AgentConfig::default();
+    let mut agents = [
+        Agent::new(&devs[0], 0, &[(&devs[1], 0)], &cfg)?,
+        Agent::new(&devs[1], 0, &[(&devs[0], 0)], &cfg)?,
+    ];
+    let touch = |buf: &mut [u8], len: usize, out: &mut [u16]| {
+        buf[1] = buf[1].wrapping_add(1);
+        out[0] = len as u16;
+    };
+    let mut handlers = [touch, touch];
+    let mut rounds = 0u32;
+    nfkit_ixgbe::run(&mut agents, &mut handlers, || {
+        rounds = rounds.wrapping_add(1);
+        if rounds.is_multiple_of(1024) {
+            tick();
+        }
+        !stop.load(Ordering::Relaxed)
+    });
+    Ok([agents[0].stats().clone(), agents[1].stats().clone()])
+}

@@ -1,0 +1,286 @@
+//! # nfkit-lab: the simulated lab, and the one port registry
+//!
+//! The lab sits above the 82599 driver (`nfkit-ixgbe`) and its software
+//! model (`nfkit-ixgbe-model`), which never depend on each other: the
+//! lab makes the models ([`SimLab`]: `sim:N` ports, free-running on their
+//! own threads) and hands their PCI functions to the driver's opener
+//! through [`nfkit_ixgbe::SimSource`]. What is on the far side of a
+//! simulated port's wire depends on the command: a traffic generator and
+//! sink (`fwd`, `demo`), or a loopback cable (`pktgen` receiving its own
+//! traffic).
+//!
+//! [`registry`] is the one registry that opens every spec: the software
+//! backends of `nfkit-port`, `sim:` and `pci:` (82599) of `nfkit-ixgbe`,
+//! and `pci:` (VirtIO-net), `vhost-user:` and `virtio-user:` of
+//! `nfkit-virtio`.
+//!
+//! The commands' work is here too, for the command crate to call: [`fwd`],
+//! [`demo`], [`nf`] (with [`forms`]: NFs on simulated 82599s in each
+//! driver model), [`pktgen`], [`run`] and [`doctor`].
+#![forbid(unsafe_code)]
+
+pub mod demo;
+pub mod doctor;
+pub mod forms;
+pub mod fwd;
+pub mod nf;
+pub mod pktgen;
+pub mod run;
+
+use anyhow::{Context, Result};
+use nfkit_hw::sim::SimDma;
+use nfkit_hw::DmaAllocator;
+use nfkit_ixgbe::port::init_device;
+use nfkit_ixgbe::{Device, IxgbePort, SimSource};
+use nfkit_ixgbe_model::{ModelConfig, Nic82599, RunningNic, SimBar, SimPci, SinkStats, TrafficGen};
+use nfkit_port::{PortError, Registry};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A stop flag set by Ctrl-C or a timer.
+pub fn stop_flag(seconds: Option<u64>) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    // Only the first command of a process can install the handler.
+    if ctrlc::set_handler(move || s.store(true, Ordering::Relaxed)).is_err() {
+        tracing::warn!("could not install the Ctrl-C handler: Ctrl-C ends the command at once");
+    }
+    if let Some(secs) = seconds {
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(secs));
+            s.store(true, Ordering::Relaxed);
+        });
+    }
+    stop
+}
+
+/// The MAC address of simulated port `n`.
+pub fn sim_mac(n: usize) -> [u8; 6] {
+    [0x02, 0x00, 0x00, 0x00, 0x82, n as u8]
+}
+
+/// What hangs off a simulated port's wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimWire {
+    /// Nothing: transmitted frames are kept for inspection (bounded).
+    Open,
+    /// A sink counts transmitted frames; a generator feeds the port with
+    /// UDP frames of this size, as fast as the port takes them.
+    Load { frame_len: usize, flows: usize },
+    /// Transmitted frames come back in.
+    Loopback,
+}
+
+struct SimPort {
+    nic: Nic82599,
+    _running: RunningNic,
+    sink: Option<Arc<SinkStats>>,
+}
+
+/// Frames the load generator offered to the wires, and how many the
+/// ports' MACs accepted (the rest were refused at the wire and counted
+/// by the model).
+#[derive(Debug, Default)]
+pub struct LoadCounters {
+    pub offered: std::sync::atomic::AtomicU64,
+    pub accepted: std::sync::atomic::AtomicU64,
+}
+
+/// The simulated 82599s of this process.
+pub struct SimLab {
+    dma: Arc<SimDma>,
+    wire: SimWire,
+    queues: usize,
+    ports: Mutex<Vec<Option<SimPort>>>,
+    pump_stop: Arc<AtomicBool>,
+    pump: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl SimLab {
+    pub fn new(wire: SimWire, queues: usize) -> Arc<SimLab> {
+        Arc::new(SimLab {
+            dma: SimDma::new(),
+            wire,
+            queues: queues.max(1),
+            ports: Mutex::new(Vec::new()),
+            pump_stop: Arc::new(AtomicBool::new(false)),
+            pump: Mutex::new(None),
+        })
+    }
+
+    /// Create simulated port `n`: its model, its device thread and
+    /// what hangs off its wire.
+    fn create_nic(&self, n: usize) -> SimPci {
+        let nic = Nic82599::new(
+            ModelConfig {
+                mac: sim_mac(n),
+                ..ModelConfig::default()
+            },
+            self.dma.clone(),
+        );
+        let running = nic.spawn();
+        let sink = match self.wire {
+            SimWire::Open => None,
+            SimWire::Load { .. } => Some(nic.wire().attach_sink()),
+            SimWire::Loopback => {
+                nfkit_ixgbe_model::cable(&nic, &nic);
+                None
+            }
+        };
+        let pci = nic.pci();
+        let mut ports = self.ports.lock();
+        if ports.len() <= n {
+            ports.resize_with(n + 1, || None);
+        }
+        ports[n] = Some(SimPort {
+            nic,
+            _running: running,
+            sink,
+        });
+        pci
+    }
+
+    /// Create simulated port `n` and initialize the driver on it; returns
+    /// the device (for agents).
+    pub fn open_device(&self, n: usize, name: &str) -> Result<Device<SimBar>> {
+        let pci = self.create_nic(n);
+        init_device(&pci, self.dma.clone(), self.queues)
+            .with_context(|| format!("initializing the simulated 82599 {name}"))
+    }
+
+    /// Simulated port `n` as a queue-model port.
+    pub fn open(&self, n: usize, name: &str) -> Result<IxgbePort<SimBar>> {
+        let dev = self.open_device(n, name)?;
+        Ok(IxgbePort::new(name, dev, &*self.dma)?)
+    }
+
+    /// The simulated DMA memory (for pools of agents and ports).
+    pub fn dma(&self) -> &Arc<SimDma> {
+        &self.dma
+    }
+
+    /// Simulated port `n`'s model (for inspection), if opened.
+    pub fn nic(&self, n: usize) -> Option<Nic82599> {
+        self.ports.lock().get(n)?.as_ref().map(|p| p.nic.clone())
+    }
+
+    /// Frames the sink of port `n` counted (with `SimWire::Load`).
+    pub fn sink_frames(&self, n: usize) -> u64 {
+        self.ports
+            .lock()
+            .get(n)
+            .and_then(|p| p.as_ref()?.sink.as_ref().map(|s| s.frames()))
+            .unwrap_or(0)
+    }
+
+    /// With `SimWire::Load`: start a thread feeding every open port's wire
+    /// with generated frames, keeping its packet buffer from overflowing
+    /// (the generator backs off, like a sender with flow control).
+    pub fn start_load(self: &Arc<Self>) -> Arc<LoadCounters> {
+        let generated = Arc::new(LoadCounters::default());
+        let SimWire::Load { frame_len, flows } = self.wire else {
+            return generated;
+        };
+        let wires: Vec<_> = self
+            .ports
+            .lock()
+            .iter()
+            .enumerate()
+            .filter_map(|(n, p)| {
+                p.as_ref().map(|p| {
+                    (
+                        p.nic.wire(),
+                        TrafficGen::udp_flows(sim_mac(n), flows, frame_len),
+                    )
+                })
+            })
+            .collect();
+        let stop = self.pump_stop.clone();
+        let count = generated.clone();
+        let handle = std::thread::Builder::new()
+            .name("sim-load".into())
+            .spawn(move || {
+                let mut wires = wires;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut idle = true;
+                    for (wire, gen) in wires.iter_mut() {
+                        if wire.rx_pending() < 256 {
+                            let n = gen.inject(wire, 64);
+                            count.offered.fetch_add(64, Ordering::Relaxed);
+                            count.accepted.fetch_add(n as u64, Ordering::Relaxed);
+                            idle = false;
+                        }
+                    }
+                    if idle {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+            .expect("spawning the load thread");
+        *self.pump.lock() = Some(handle);
+        generated
+    }
+
+    /// Stop the load thread.
+    pub fn stop_load(&self) {
+        self.pump_stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.pump.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for SimLab {
+    fn drop(&mut self) {
+        self.stop_load();
+    }
+}
+
+impl SimSource for SimLab {
+    type Pci = SimPci;
+    fn create(&self, n: usize) -> Result<(SimPci, Arc<dyn DmaAllocator>), PortError> {
+        Ok((self.create_nic(n), self.dma.clone()))
+    }
+}
+
+/// The port registry: software ports, `sim:` ports from `lab`, `pci:`
+/// ports (VirtIO-net devices to the VirtIO driver, anything else to the
+/// 82599 driver), and vhost-user ports (`vhost-user:`, `virtio-user:`);
+/// 82599 ports get `queues` queue pairs.
+pub fn registry(lab: Arc<SimLab>, queues: usize) -> Registry {
+    let queues = queues.max(1);
+    Registry::new()
+        .with(nfkit_ixgbe::opener(queues, lab))
+        .with(nfkit_virtio::opener())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfkit_port::OpenOptions;
+
+    #[test]
+    fn registry_opens_vhost_user_pairs_and_passes_other_pci_devices_on() {
+        let reg = registry(SimLab::new(SimWire::Open, 1), 1);
+        let opts = OpenOptions {
+            pool_buffers: 1024,
+            ..OpenOptions::default()
+        };
+        let path = std::env::temp_dir().join(format!("nfkit-lab-{}.sock", std::process::id()));
+        let be = reg
+            .open_str(&format!("vhost-user:{}", path.display()), &opts)
+            .unwrap();
+        let fe = reg
+            .open_str(&format!("virtio-user:{}", path.display()), &opts)
+            .unwrap();
+        assert_eq!(be.name(), format!("vhost-user:{}", path.display()));
+        assert_eq!(fe.tx_queues(), 1);
+        // No such device: not VirtIO, so the 82599 opener reports it.
+        let e = reg.open_str("pci:0000:fe:1f.7", &opts).err().unwrap();
+        assert!(!e.to_string().contains("VirtIO"), "{e}");
+    }
+}
