@@ -8,14 +8,21 @@
 use crate::counters::{GateCounters, ModuleCounters};
 use crate::metadata::{assign_offsets, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
-use crate::runtime::{Part, Runtime, Slot};
+use crate::ports::{Dir, Owners, QueueConflict};
+use crate::runtime::{Runtime, Slot, Wiring};
 use crate::sched::TcCounters;
 use crate::sched::{Placement, PolicySpec, TcError, TcStats, TcTree};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Index of a module in its graph.
 pub type ModuleId = usize;
+
+/// Most modules one batch may cross after the task that made it (the
+/// longest walk through the graph). Deeper graphs are refused when they
+/// are committed; each worker keeps one spare batch per level of its
+/// deepest walk.
+pub const MAX_DEPTH: usize = 1024;
 
 /// Name of the implicit round-robin root class of every worker.
 pub const ROOT_TC: &str = "root";
@@ -63,6 +70,17 @@ pub enum GraphError {
         task: String,
     },
     #[error(transparent)]
+    QueueOwners(Box<QueueConflict>),
+    #[error("modules {} form a loop with no task (Queue) in it: packets would circle until dropped; break the loop or put a Queue in it", .path.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(" -> "))]
+    Loop { path: Vec<String> },
+    #[error("a batch from task `{task}` would cross more than {limit} modules (the walk reaches `{module}` at depth {depth}); split the chain with a Queue")]
+    TooDeep {
+        task: String,
+        module: String,
+        depth: usize,
+        limit: usize,
+    },
+    #[error(transparent)]
     Metadata(#[from] MetadataError),
     #[error(transparent)]
     Tc(#[from] TcError),
@@ -82,6 +100,38 @@ pub(crate) struct Node {
     pub half_counters: Arc<ModuleCounters>,
     pub igate_counters: Vec<Arc<GateCounters>>,
     pub ogate_counters: Vec<Arc<GateCounters>>,
+}
+
+/// Which part of its module a slot runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Input side and task, on one worker.
+    Whole,
+    /// The input side of a module whose task runs on another worker. It
+    /// hands packets on only through its task half, so its output gates
+    /// lead nowhere here (each gate counter has one writing thread).
+    InputHalf,
+    /// The task of a module whose input side runs on another worker,
+    /// counting into the module's second set of counters.
+    TaskHalf,
+}
+
+impl Node {
+    /// Where the gates of `part` of this module lead, and its counters.
+    fn wiring(&self, part: Part) -> Wiring {
+        Wiring {
+            targets: match part {
+                Part::InputHalf => vec![None; self.ogates.len()].into(),
+                Part::Whole | Part::TaskHalf => self.ogates.clone().into(),
+            },
+            counters: match part {
+                Part::TaskHalf => self.half_counters.clone(),
+                Part::Whole | Part::InputHalf => self.counters.clone(),
+            },
+            igate_counters: self.igate_counters.clone().into(),
+            ogate_counters: self.ogate_counters.clone().into(),
+        }
+    }
 }
 
 pub(crate) struct WorkerSpec {
@@ -115,6 +165,19 @@ pub struct Graph {
     pub(crate) workers: Vec<WorkerSpec>,
     pub(crate) tcs: Vec<TcSpec>,
     pub(crate) attachments: Vec<Attachment>,
+    /// Modules with an entry in `attachments`.
+    attached: HashSet<ModuleId>,
+    /// Index in `tcs` of the first class of each name.
+    tc_names: HashMap<String, usize>,
+    /// Per worker: the class tree as built so far, to check each new
+    /// class or attachment without rebuilding it (`None`: rebuild).
+    scratch: Vec<Option<TcTree>>,
+}
+
+/// What was just pushed, for [`Graph::check_tree`].
+enum Added {
+    Tc,
+    Attachment,
 }
 
 /// What one worker runs after a commit.
@@ -166,7 +229,10 @@ impl Graph {
                 }
             }
         }
-        self.attachments.retain(|a| a.module != id);
+        if self.attached.remove(&id) {
+            self.attachments.retain(|a| a.module != id);
+            self.scratch.clear();
+        }
         self.names.remove(name);
         let node = self.nodes[id]
             .take()
@@ -218,11 +284,10 @@ impl Graph {
                 have: tn.igate_counters.len(),
             });
         }
-        let names: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| n.as_ref().map(|n| n.name.clone()).unwrap_or_default())
-            .collect();
+        let busy = self.nodes[f]
+            .as_ref()
+            .and_then(|n| n.ogates.get(ogate).copied().flatten())
+            .map(|(other, _)| self.node(other).name.clone());
         let fnode = self.nodes[f].as_mut().expect("live module id");
         match fnode.ogates.get_mut(ogate) {
             None => Err(GraphError::NoGate {
@@ -232,10 +297,10 @@ impl Graph {
                 gate: ogate,
                 have: fnode.ogates.len(),
             }),
-            Some(Some((other, _))) => Err(GraphError::GateBusy {
+            Some(Some(_)) => Err(GraphError::GateBusy {
                 module: from.into(),
                 gate: ogate,
-                to: names[*other].clone(),
+                to: busy.unwrap_or_default(),
             }),
             Some(slot) => {
                 *slot = Some((t, igate));
@@ -294,7 +359,12 @@ impl Graph {
     }
 
     fn check_parent(&self, worker: usize, parent: &str) -> Result<(), GraphError> {
+        let first_here = self
+            .tc_names
+            .get(parent)
+            .is_some_and(|&i| self.tcs[i].worker == worker);
         if parent == ROOT_TC
+            || first_here
             || self
                 .tcs
                 .iter()
@@ -324,7 +394,8 @@ impl Graph {
             None => self.tc_worker(parent).unwrap_or(0),
         };
         self.check_parent(w, parent)?;
-        // Build a scratch tree to check the policy and placement now.
+        // Add it to the worker's scratch tree to check the policy and
+        // placement now.
         self.tcs.push(TcSpec {
             name: name.into(),
             worker: w,
@@ -333,10 +404,13 @@ impl Graph {
             placement,
             counters: Arc::default(),
         });
-        if let Err(e) = self.tree_for(w) {
+        if let Err(e) = self.check_tree(w, Added::Tc) {
             self.tcs.pop();
             return Err(e);
         }
+        self.tc_names
+            .entry(name.to_string())
+            .or_insert(self.tcs.len() - 1);
         Ok(())
     }
 
@@ -344,14 +418,15 @@ impl Graph {
     /// resource), keeping its place and counters.
     pub fn set_tc_policy(&mut self, name: &str, policy: PolicySpec) -> Result<(), GraphError> {
         let i = self
-            .tcs
-            .iter()
-            .position(|t| t.name == name)
+            .tc_names
+            .get(name)
+            .copied()
             .ok_or_else(|| GraphError::NoTc {
                 class: name.into(),
                 worker: "any".into(),
             })?;
         let old = std::mem::replace(&mut self.tcs[i].policy, policy);
+        self.scratch.clear();
         if let Err(e) = self.tree_for(self.tcs[i].worker) {
             self.tcs[i].policy = old;
             return Err(e);
@@ -361,7 +436,7 @@ impl Graph {
 
     /// The worker a traffic class belongs to.
     pub fn tc_worker(&self, tc: &str) -> Option<usize> {
-        self.tcs.iter().find(|t| t.name == tc).map(|t| t.worker)
+        self.tc_names.get(tc).map(|&i| self.tcs[i].worker)
     }
 
     /// Attach `module`'s task under class `parent` (or [`ROOT_TC`]) of
@@ -383,10 +458,14 @@ impl Graph {
             None => self.tc_worker(parent).unwrap_or(0),
         };
         self.check_parent(w, parent)?;
-        let old = self.attachments.iter().position(|a| a.module == id);
-        let counters = old
-            .map(|i| self.attachments.remove(i).counters)
-            .unwrap_or_default();
+        let mut counters = Arc::default();
+        if self.attached.contains(&id) {
+            // Moving a task: its old leaf goes, trees are rebuilt.
+            if let Some(i) = self.attachments.iter().position(|a| a.module == id) {
+                counters = self.attachments.remove(i).counters;
+            }
+            self.scratch.clear();
+        }
         self.attachments.push(Attachment {
             module: id,
             worker: w,
@@ -394,10 +473,53 @@ impl Graph {
             placement,
             counters,
         });
-        if let Err(e) = self.tree_for(w) {
+        if let Err(e) = self.check_tree(w, Added::Attachment) {
             self.attachments.pop();
+            self.attached.remove(&id);
             return Err(e);
         }
+        self.attached.insert(id);
+        Ok(())
+    }
+
+    /// Check worker `w`'s class tree with the class or attachment just
+    /// pushed: added to the kept scratch tree (each check costs one
+    /// addition, so building thousands of classes stays linear), or the
+    /// tree rebuilt when none is kept.
+    fn check_tree(&mut self, w: usize, added: Added) -> Result<(), GraphError> {
+        if self.scratch.len() < self.workers.len() {
+            self.scratch.resize_with(self.workers.len(), || None);
+        }
+        let Some(mut tree) = self.scratch[w].take() else {
+            self.scratch[w] = Some(self.tree_for(w)?);
+            return Ok(());
+        };
+        // On an error the tree is dropped (rebuilt by the next check).
+        match added {
+            Added::Tc => {
+                let t = self.tcs.last().expect("just pushed");
+                let parent = tree.find(&t.parent).unwrap_or(0);
+                tree.add_class(
+                    &t.name,
+                    parent,
+                    t.policy,
+                    t.placement,
+                    Some(t.counters.clone()),
+                )?;
+            }
+            Added::Attachment => {
+                let a = self.attachments.last().expect("just pushed");
+                let parent = tree.find(&a.parent).unwrap_or(0);
+                tree.add_leaf(
+                    &self.node(a.module).name,
+                    parent,
+                    a.module,
+                    a.placement,
+                    Some(a.counters.clone()),
+                )?;
+            }
+        }
+        self.scratch[w] = Some(tree);
         Ok(())
     }
 
@@ -471,9 +593,13 @@ impl Graph {
             .iter()
             .enumerate()
             .filter_map(|(i, n)| n.as_ref().filter(|n| n.is_task).map(|_| i))
-            .filter(|i| !self.attachments.iter().any(|a| a.module == *i))
+            .filter(|i| !self.attached.contains(i))
             .collect();
+        if !unattached.is_empty() {
+            self.scratch.clear();
+        }
         for id in unattached {
+            self.attached.insert(id);
             self.attachments.push(Attachment {
                 module: id,
                 worker: 0,
@@ -482,6 +608,7 @@ impl Graph {
                 counters: Arc::default(),
             });
         }
+        let depth = self.check_walks()?;
         let input_worker = self.input_workers()?;
         let task_worker: HashMap<ModuleId, usize> = self
             .attachments
@@ -502,6 +629,7 @@ impl Graph {
                 }
             }
         }
+        let owners = self.port_owners(&input_worker, &task_worker)?;
         let mut trees = Vec::new();
         for w in 0..self.workers.len() {
             trees.push(self.tree_for(w)?);
@@ -509,7 +637,7 @@ impl Graph {
         let mut plans: Vec<WorkerPlan> = trees
             .into_iter()
             .map(|tree| WorkerPlan {
-                runtime: Runtime::new(self.nodes.len()),
+                runtime: Runtime::new(self.nodes.len(), depth),
                 tree,
             })
             .collect();
@@ -524,13 +652,54 @@ impl Graph {
             let mut part = Part::Whole;
             if let Some(&tw) = task_worker.get(&id).filter(|&&tw| tw != home) {
                 let half = module.task_half().expect("checked above");
-                plans[tw].runtime.slots[id] =
-                    Some(Slot::new(node, half, attrs[id].clone(), Part::TaskHalf));
+                let rt = &mut plans[tw].runtime;
+                let bind = rt.bind_ports(&owners, &*half, tw);
+                let wiring = node.wiring(Part::TaskHalf);
+                rt.slots[id] = Some(Slot::new(half, attrs[id].clone(), wiring, true, bind));
                 part = Part::InputHalf;
             }
-            plans[home].runtime.slots[id] = Some(Slot::new(node, module, attrs[id].clone(), part));
+            let rt = &mut plans[home].runtime;
+            let bind = rt.bind_ports(&owners, &*module, home);
+            rt.slots[id] = Some(Slot::new(
+                module,
+                attrs[id].clone(),
+                node.wiring(part),
+                false,
+                bind,
+            ));
         }
         Ok(plans)
+    }
+
+    /// Give every port queue its one polling worker: a receive use runs
+    /// where the module's task runs, a transmit use where its input
+    /// side runs. Two workers on one queue are refused, naming both.
+    fn port_owners(
+        &self,
+        input_worker: &[Option<usize>],
+        task_worker: &HashMap<ModuleId, usize>,
+    ) -> Result<Owners, GraphError> {
+        let mut owners = Owners::default();
+        for (id, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node.as_ref() else { continue };
+            let Some(module) = node.module.as_ref() else {
+                continue;
+            };
+            let task = task_worker.get(&id).copied();
+            for u in module.ports() {
+                // A module that is never fed and has no task never polls.
+                let Some(w) = (match u.dir {
+                    Dir::Rx if node.is_task => task,
+                    _ => input_worker[id].or(task),
+                }) else {
+                    continue;
+                };
+                owners
+                    .add(&node.name, w, &u, |w| self.workers[w].name.clone())
+                    .map_err(GraphError::QueueOwners)?;
+            }
+        }
+        Ok(owners)
     }
 
     fn can_split(&mut self, id: ModuleId) -> bool {
@@ -577,30 +746,24 @@ impl Graph {
     }
 
     /// For each module, the worker whose tasks push packets into it.
+    /// Each module is entered once per worker at most (a second worker
+    /// is an error), so this is linear in modules and connections.
     fn input_workers(&self) -> Result<Vec<Option<usize>>, GraphError> {
         let mut owner: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        let mut stack: Vec<ModuleId> = Vec::new();
         for a in &self.attachments {
-            let mut stack: Vec<ModuleId> = self
-                .node(a.module)
-                .ogates
-                .iter()
-                .flatten()
-                .map(|&(t, _)| t)
-                .collect();
-            let mut seen = vec![false; self.nodes.len()];
+            stack.extend(self.node(a.module).ogates.iter().flatten().map(|&(t, _)| t));
             while let Some(m) = stack.pop() {
-                if std::mem::replace(&mut seen[m], true) {
-                    continue;
-                }
                 match owner[m] {
-                    Some(o) if o != a.worker => {
+                    Some(o) if o == a.worker => continue,
+                    Some(o) => {
                         return Err(GraphError::TwoWorkers {
                             module: self.node(m).name.clone(),
                             a: self.workers[o].name.clone(),
                             b: self.workers[a.worker].name.clone(),
                         })
                     }
-                    _ => owner[m] = Some(a.worker),
+                    None => owner[m] = Some(a.worker),
                 }
                 let n = self.node(m);
                 if !n.is_task {
@@ -609,5 +772,102 @@ impl Graph {
             }
         }
         Ok(owner)
+    }
+
+    /// Refuse loops that hold no task (packets would circle until the
+    /// walk is too deep) and walks longer than [`MAX_DEPTH`]; returns the
+    /// longest walk, in modules crossed after a task. A walk ends at a
+    /// task module (a Queue keeps what it receives for its task). Linear
+    /// in modules and connections.
+    fn check_walks(&self) -> Result<usize, GraphError> {
+        const NEW: u8 = 0;
+        const OPEN: u8 = 1;
+        const DONE: u8 = 2;
+        let n = self.nodes.len();
+        // Per module: the longest walk a batch it emits can still take.
+        let mut below = vec![0usize; n];
+        let mut state = vec![NEW; n];
+        // Where the walk continues from `m`: nowhere after a task.
+        let next = |m: ModuleId| -> &[Option<(ModuleId, usize)>] {
+            match self.nodes[m].as_ref() {
+                Some(node) => &node.ogates,
+                None => &[],
+            }
+        };
+        let is_task = |m: ModuleId| self.nodes[m].as_ref().is_some_and(|x| x.is_task);
+        let mut deepest = 0;
+        for start in 0..n {
+            if state[start] != NEW || self.nodes[start].is_none() {
+                continue;
+            }
+            // Depth-first, iteratively: (module, next gate to look at).
+            let mut path: Vec<(ModuleId, usize)> = vec![(start, 0)];
+            state[start] = OPEN;
+            while let Some(&mut (m, ref mut g)) = path.last_mut() {
+                let gates = next(m);
+                if let Some(&out) = gates.get(*g) {
+                    *g += 1;
+                    let Some((t, _)) = out else { continue };
+                    if is_task(t) {
+                        // The walk ends inside the task module.
+                        below[m] = below[m].max(1);
+                        continue;
+                    }
+                    match state[t] {
+                        NEW => {
+                            state[t] = OPEN;
+                            path.push((t, 0));
+                        }
+                        OPEN => {
+                            let from = path.iter().position(|&(x, _)| x == t).unwrap_or(0);
+                            let mut names: Vec<String> = path[from..]
+                                .iter()
+                                .map(|&(x, _)| self.node(x).name.clone())
+                                .collect();
+                            names.push(self.node(t).name.clone());
+                            return Err(GraphError::Loop { path: names });
+                        }
+                        _ => below[m] = below[m].max(1 + below[t]),
+                    }
+                    continue;
+                }
+                state[m] = DONE;
+                path.pop();
+                if let Some(&(p, _)) = path.last() {
+                    below[p] = below[p].max(1 + below[m]);
+                }
+            }
+        }
+        for (m, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node.as_ref() else { continue };
+            if !node.is_task {
+                continue;
+            }
+            if below[m] > MAX_DEPTH {
+                // Follow the deepest branch to the module at the limit.
+                let (mut at, mut depth) = (m, 0);
+                while depth < MAX_DEPTH + 1 {
+                    let Some(t) = next(at)
+                        .iter()
+                        .flatten()
+                        .map(|&(t, _)| t)
+                        .filter(|&t| !is_task(t))
+                        .max_by_key(|&t| below[t])
+                    else {
+                        break;
+                    };
+                    at = t;
+                    depth += 1;
+                }
+                return Err(GraphError::TooDeep {
+                    task: node.name.clone(),
+                    module: self.node(at).name.clone(),
+                    depth,
+                    limit: MAX_DEPTH,
+                });
+            }
+            deepest = deepest.max(below[m]);
+        }
+        Ok(deepest)
     }
 }

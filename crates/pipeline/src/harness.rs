@@ -13,6 +13,7 @@
 use crate::counters::ModuleCounters;
 use crate::metadata::{Attr, META_SIZE_BYTES};
 use crate::module::{Ctx, Module};
+use crate::ports::PortTable;
 use nfkit_hw::sim::SimDma;
 use nfkit_hw::{Batch, Mempool, PktBuf};
 
@@ -107,7 +108,10 @@ impl Harness {
                 let _ = batch.push(p);
             }
             let mut trash = Batch::new();
-            let mut ctx = self.ctx(&mut outs, &mut trash, &attrs);
+            let (mut ports, bind) = PortTable::claim_all(&module.ports());
+            let mut ctx = self
+                .ctx(&mut outs, &mut trash, &attrs)
+                .with_ports(&mut ports, &bind);
             module.process(&mut ctx, igate, &mut batch);
             self.counters.dropped.add(batch.len() as u64);
             collect(&mut outs, &mut result);
@@ -147,7 +151,10 @@ impl Harness {
         let attrs = Harness::attrs(module);
         let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
         let mut trash = Batch::new();
-        let mut ctx = self.ctx(&mut outs, &mut trash, &attrs);
+        let (mut ports, bind) = PortTable::claim_all(&module.ports());
+        let mut ctx = self
+            .ctx(&mut outs, &mut trash, &attrs)
+            .with_ports(&mut ports, &bind);
         module.process(&mut ctx, igate, &mut batch);
         self.counters.dropped.add(batch.len() as u64);
         outs
@@ -159,7 +166,10 @@ impl Harness {
         let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
         let mut result: GateOutput = vec![Vec::new(); outs.len()];
         let mut trash = Batch::new();
-        let mut ctx = self.ctx(&mut outs, &mut trash, &attrs);
+        let (mut ports, bind) = PortTable::claim_all(&module.ports());
+        let mut ctx = self
+            .ctx(&mut outs, &mut trash, &attrs)
+            .with_ports(&mut ports, &bind);
         module.run_task(&mut ctx);
         collect(&mut outs, &mut result);
         result

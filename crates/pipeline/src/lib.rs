@@ -52,7 +52,11 @@
 //! `k`, `M`, `G`, `T` (`10M` = 10,000,000; `1.5G` = 1,500,000,000).
 //!
 //! * **Ports** are opened by the caller's `open_port(spec)` (the CLI's
-//!   port registry); modules name them: `PortInc(port=p0)`.
+//!   port registry); modules name them: `PortInc(port=p0)`. Each receive
+//!   and transmit queue is polled by one worker; a graph that gives a
+//!   queue to two workers is refused. While the workers run, each owns
+//!   its ports (or its queues of them) and polls them with no lock
+//!   ([`ports`]).
 //! * **Workers**: threads, pinned to `core` when given. Without any
 //!   `worker` line there is one unpinned worker `w0`.
 //! * **Traffic classes**: every worker has a round-robin root class
@@ -74,6 +78,10 @@
 //!   on its own queue (`QueueInc(port=p0, qid=1)`); *chaining*: a `Queue`
 //!   whose input side is fed on one worker and whose task is attached on
 //!   another. A module fed from two workers is an error.
+//! * **Walks**: a batch crosses at most [`graph::MAX_DEPTH`] (1,024)
+//!   modules after the task that made it, and a loop must pass through a
+//!   task (a `Queue`); deeper graphs and loops with no task are refused
+//!   when the graph is committed.
 //!
 //! Errors say `file:line:col: what was expected/found`; errors found when
 //! building (bad module arguments, a reader of a metadata attribute with
@@ -94,6 +102,7 @@ pub mod metadata;
 pub mod module;
 pub mod modules;
 pub mod pipeline;
+pub mod ports;
 pub mod registry;
 mod runtime;
 pub mod sched;

@@ -10,6 +10,7 @@
 use crate::args::{ArgError, Args, Value};
 use crate::counters::ModuleCounters;
 use crate::metadata::{Attr, AttrSpec};
+use crate::ports::{PortTable, PortUse};
 use nfkit_hw::{Batch, PktBuf};
 
 /// Most gates a module may have in either direction.
@@ -33,6 +34,13 @@ pub trait Module: Send {
     /// pipeline assigns their offsets, available through [`Ctx::attr`]
     /// in the same order.
     fn attrs(&self) -> Vec<AttrSpec> {
+        Vec::new()
+    }
+    /// Ports this module polls, and which of their queues; the pipeline
+    /// gives each queue one owning worker and the module reaches the
+    /// port through [`Ctx::port_rx`] / [`Ctx::port_tx`] with the index
+    /// of the use in this list.
+    fn ports(&self) -> Vec<PortUse> {
         Vec::new()
     }
     /// Handle a batch that arrived on input gate `igate`.
@@ -89,6 +97,8 @@ pub struct Ctx<'a> {
     pub(crate) counters: &'a ModuleCounters,
     pub(crate) now_ns: u64,
     pub(crate) worker: usize,
+    /// The worker's ports, and where the module's declared ones are in it.
+    ports: Option<(&'a mut PortTable, &'a [usize])>,
 }
 
 impl<'a> Ctx<'a> {
@@ -110,6 +120,42 @@ impl<'a> Ctx<'a> {
             counters,
             now_ns,
             worker,
+            ports: None,
+        }
+    }
+
+    /// The same context with the ports the module declared: use `k` of
+    /// [`Module::ports`] is entry `bind[k]` of `table`.
+    pub(crate) fn with_ports(mut self, table: &'a mut PortTable, bind: &'a [usize]) -> Ctx<'a> {
+        self.ports = Some((table, bind));
+        self
+    }
+
+    /// Receive into `batch` from queue `queue` of the module's `port`th
+    /// declared port ([`Module::ports`]); 0 if this worker does not own
+    /// that queue. No lock: the worker owns the queue.
+    #[inline]
+    pub fn port_rx(&mut self, port: usize, queue: usize, batch: &mut Batch) -> usize {
+        match &mut self.ports {
+            Some((table, bind)) => match bind.get(port) {
+                Some(&i) => crate::ports::rx(table, i, queue, batch),
+                None => 0,
+            },
+            None => 0,
+        }
+    }
+
+    /// Send from the front of `batch` on queue `queue` of the module's
+    /// `port`th declared port; returns how many were sent (0 if this
+    /// worker does not own that queue). Unsent packets stay in `batch`.
+    #[inline]
+    pub fn port_tx(&mut self, port: usize, queue: usize, batch: &mut Batch) -> usize {
+        match &mut self.ports {
+            Some((table, bind)) => match bind.get(port) {
+                Some(&i) => crate::ports::tx(table, i, queue, batch),
+                None => 0,
+            },
+            None => 0,
         }
     }
 

@@ -12,8 +12,7 @@ use crate::counters::ModuleStats;
 use crate::graph::{Graph, GraphError, WorkerPlan};
 use crate::runtime::Runtime;
 use crate::sched::{SchedClock, SchedCounters, SchedStats, Scheduler, TcStats};
-use nfkit_port::{Port, QueueStats};
-use parking_lot::Mutex;
+use nfkit_port::QueueStats;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -21,10 +20,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// A port shared by the modules that use it (PortInc and PortOut on
-/// different workers, each on its own queues). The lock is taken once
-/// per batch; the `Port` trait moves batches with `&mut self`.
-pub type SharedPort = Arc<Mutex<Box<dyn Port>>>;
+pub use crate::ports::SharedPort;
+
+/// Stack of a worker thread: room for the deepest walk the graph allows.
+const WORKER_STACK: usize = 32 << 20;
 
 /// Errors from running a pipeline.
 #[derive(Debug, thiserror::Error)]
@@ -149,12 +148,16 @@ impl Pipeline {
         };
         for st in states.iter_mut() {
             st.sched.resync();
+            st.runtime.ports.check_out();
         }
         for _ in 0..rounds {
             for st in states.iter_mut() {
                 let rt = &mut st.runtime;
                 st.sched.run_once(|task, now| rt.run_task(task, now));
             }
+        }
+        for st in states.iter_mut() {
+            st.runtime.ports.check_in(false);
         }
         Ok(())
     }
@@ -167,7 +170,9 @@ impl Pipeline {
         let Some(states) = self.parked.take() else {
             return Ok(());
         };
-        for (w, st) in states.into_iter().enumerate() {
+        for (w, mut st) in states.into_iter().enumerate() {
+            // The worker takes its ports (a batch boundary: all are home).
+            st.runtime.ports.check_out();
             if w >= self.threads.len() {
                 let t = self.spawn(w)?;
                 self.threads.push(t);
@@ -211,6 +216,9 @@ impl Pipeline {
         let name = spec.name.clone();
         let handle = std::thread::Builder::new()
             .name(format!("nfkit-{name}"))
+            // A walk may cross `graph::MAX_DEPTH` modules, a few stack
+            // frames each.
+            .stack_size(WORKER_STACK)
             .spawn(move || {
                 if let Some(core) = core {
                     if !core_affinity::set_for_current(core) {
@@ -253,6 +261,8 @@ impl Pipeline {
             match t.back.recv() {
                 Ok(mut st) => {
                     st.runtime.on_pause();
+                    // Ports go home, their buffered output flushed.
+                    st.runtime.ports.check_in(true);
                     states.push(st);
                 }
                 Err(_) => lost = Some(self.graph.workers[w].name.clone()),
@@ -454,7 +464,7 @@ impl Pipeline {
         let ports = self
             .ports
             .iter()
-            .map(|(n, p)| (n.clone(), p.lock().stats()))
+            .map(|(n, p)| (n.clone(), p.stats()))
             .collect();
         PipelineStats {
             modules,

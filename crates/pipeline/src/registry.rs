@@ -5,7 +5,7 @@
 
 use crate::args::{ArgError, Args};
 use crate::module::Module;
-use crate::pipeline::SharedPort;
+use crate::ports::SharedPort;
 use nfkit_hw::Mempool;
 use std::collections::{BTreeMap, HashMap};
 

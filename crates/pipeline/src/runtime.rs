@@ -7,29 +7,11 @@
 //! nothing is allocated or copied per packet.
 
 use crate::counters::{GateCounters, ModuleCounters};
-use crate::graph::Node;
 use crate::metadata::Attr;
 use crate::module::{Ctx, Module};
+use crate::ports::{Owners, PortTable};
 use nfkit_hw::Batch;
 use std::sync::Arc;
-
-/// Deepest chain of modules one batch may cross in one task run; deeper
-/// (a packet loop) is dropped and counted.
-pub const MAX_DEPTH: usize = 64;
-
-/// Which part of its module a slot runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Part {
-    /// Input side and task, on one worker.
-    Whole,
-    /// The input side of a module whose task runs on another worker. It
-    /// hands packets on only through its task half, so its output gates
-    /// lead nowhere here (each gate counter has one writing thread).
-    InputHalf,
-    /// The task of a module whose input side runs on another worker,
-    /// counting into the module's second set of counters.
-    TaskHalf,
-}
 
 pub(crate) struct Slot {
     pub module: Box<dyn Module>,
@@ -41,27 +23,40 @@ pub(crate) struct Slot {
     counters: Arc<ModuleCounters>,
     igate_counters: Box<[Arc<GateCounters>]>,
     ogate_counters: Box<[Arc<GateCounters>]>,
+    /// Where the module's declared ports are in the worker's table.
+    port_bind: Box<[usize]>,
+}
+
+/// Where a slot's gates lead and what it counts into.
+pub(crate) struct Wiring {
+    /// Per output gate: (module, input gate), or nowhere.
+    pub targets: Box<[Option<(usize, usize)>]>,
+    pub counters: Arc<ModuleCounters>,
+    pub igate_counters: Box<[Arc<GateCounters>]>,
+    pub ogate_counters: Box<[Arc<GateCounters>]>,
 }
 
 impl Slot {
-    pub fn new(node: &Node, module: Box<dyn Module>, attrs: Vec<Attr>, part: Part) -> Slot {
-        let targets = match part {
-            Part::InputHalf => vec![None; node.ogates.len()].into(),
-            Part::Whole | Part::TaskHalf => node.ogates.clone().into(),
-        };
-        let counters = match part {
-            Part::TaskHalf => node.half_counters.clone(),
-            Part::Whole | Part::InputHalf => node.counters.clone(),
-        };
+    /// `is_half`: the task-only half of a module whose input side runs
+    /// elsewhere. `port_bind`: where its declared ports are in the
+    /// worker's table.
+    pub fn new(
+        module: Box<dyn Module>,
+        attrs: Vec<Attr>,
+        wiring: Wiring,
+        is_half: bool,
+        port_bind: Box<[usize]>,
+    ) -> Slot {
         Slot {
             module,
-            is_half: part == Part::TaskHalf,
+            is_half,
             attrs: attrs.into(),
-            outs: node.ogates.iter().map(|_| Batch::new()).collect(),
-            targets,
-            counters,
-            igate_counters: node.igate_counters.clone().into(),
-            ogate_counters: node.ogate_counters.clone().into(),
+            outs: wiring.targets.iter().map(|_| Batch::new()).collect(),
+            targets: wiring.targets,
+            counters: wiring.counters,
+            igate_counters: wiring.igate_counters,
+            ogate_counters: wiring.ogate_counters,
+            port_bind,
         }
     }
 }
@@ -69,6 +64,8 @@ impl Slot {
 /// The modules one worker runs.
 pub(crate) struct Runtime {
     pub slots: Vec<Option<Slot>>,
+    /// The ports (or queues of them) this worker polls, owned while it runs.
+    pub ports: PortTable,
     spare: Vec<Batch>,
     /// What the running module dropped; freed in runs after each call.
     trash: Batch,
@@ -76,13 +73,34 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    pub fn new(modules: usize) -> Runtime {
+    /// A runtime for a graph of `modules` whose longest walk crosses
+    /// `depth` modules (checked against the graph's limit at commit):
+    /// one spare batch per level.
+    pub fn new(modules: usize, depth: usize) -> Runtime {
         Runtime {
             slots: (0..modules).map(|_| None).collect(),
-            spare: (0..MAX_DEPTH).map(|_| Batch::new()).collect(),
+            ports: PortTable::default(),
+            spare: (0..depth.max(1)).map(|_| Batch::new()).collect(),
             trash: Batch::new(),
             worker: 0,
         }
+    }
+
+    /// Plan the ports `module` declares, as run on worker `w`: the index
+    /// of each use in this worker's table (none for a queue another
+    /// worker owns).
+    pub fn bind_ports(&mut self, owners: &Owners, module: &dyn Module, w: usize) -> Box<[usize]> {
+        module
+            .ports()
+            .iter()
+            .map(|u| {
+                if owners.owns(u, w) {
+                    self.ports.plan(&u.port, owners.claim(&u.port, w))
+                } else {
+                    usize::MAX
+                }
+            })
+            .collect()
     }
 
     pub fn set_worker(&mut self, worker: usize) {
@@ -123,7 +141,8 @@ impl Runtime {
             &slot.counters,
             now,
             self.worker,
-        );
+        )
+        .with_ports(&mut self.ports, &slot.port_bind);
         f(&mut *slot.module, &mut ctx);
         self.trash.clear();
         true
@@ -150,7 +169,8 @@ impl Runtime {
             packets += n;
             bits += b;
             let (Some((t, ig)), Some(mut batch)) = (target, self.spare.pop()) else {
-                // Unconnected gate, or the walk is too deep (a loop).
+                // Unconnected gate (a walk deeper than the graph's, which
+                // the commit refuses, would end here too).
                 slot.counters.dropped.add(n);
                 slot.outs[g].clear();
                 continue;

@@ -401,3 +401,79 @@ fn the_language_accepts_its_whole_grammar() {
     assert_counters_add_up(&s);
     assert!(s.module("gen").unwrap().created > 0);
 }
+
+#[test]
+fn a_queue_polled_by_two_workers_is_refused_at_its_line() {
+    let two = "port p0 = \"mem\"\nworker a\nworker b\n";
+    let cases = [
+        (
+            format!("{two}x::QueueInc(port=p0, qid=0) -> Sink()\ny::QueueInc(port=p0, qid=0) -> Sink()\nx.attach(worker=a)\ny.attach(worker=b)\n"),
+            "t.nfk:5:1: receive queue 0 of port `p0` would be polled by two workers: by `x` on worker `a` and by `y` on worker `b`",
+        ),
+        (
+            format!("{two}x::PortInc(port=p0) -> Sink()\ny::QueueInc(port=p0) -> Sink()\nx.attach(worker=a)\ny.attach(worker=b)\n"),
+            "t.nfk:5:1: receive queue 0 of port `p0` would be polled by two workers: by `x` on worker `a` and by `y` on worker `b`",
+        ),
+        (
+            format!("{two}x::Source() -> o1::PortOut(port=p0)\ny::Source() -> o2::PortOut(port=p0)\nx.attach(worker=a)\ny.attach(worker=b)\n"),
+            "t.nfk:5:16: transmit queue 0 of port `p0` would be polled by two workers: by `o1` on worker `a` and by `o2` on worker `b`",
+        ),
+    ];
+    for (src, want) in cases {
+        let got = build_err(&src);
+        assert!(
+            got.starts_with(want),
+            "for {src:?}\n got: {got}\nwant: {want}"
+        );
+    }
+}
+
+#[test]
+fn one_worker_may_poll_a_queue_from_two_modules() {
+    let ports = Ports::new(1);
+    let src = "port p0 = \"mem\"\nx::QueueInc(port=p0) -> Sink()\ny::PortInc(port=p0) -> PortOut(port=p0)\n";
+    let (mut p, _) = build_virtual(&parse(src, "t.nfk").unwrap(), &ports);
+    let wire = ports.wire("mem");
+    wire.lock().rx[0].extend((0..10).map(|i| udp([2; 6], [4; 6], i, 1, b"x")));
+    p.step(4).unwrap();
+    let s = p.stats();
+    assert_counters_add_up(&s);
+    let got = s.module("x").unwrap().created + s.module("y").unwrap().created;
+    assert_eq!(got, 10);
+    assert_eq!(
+        s.ports[0].1.rx_packets, 10,
+        "port counters read after the run"
+    );
+}
+
+#[test]
+fn a_queue_moves_to_another_worker_when_the_graph_changes() {
+    let ports = Ports::new(2);
+    let src = "port p0 = \"mem\"\nworker a\nworker b\n\
+               x::QueueInc(port=p0, qid=0) -> QueueOut(port=p0, qid=0)\n\
+               y::QueueInc(port=p0, qid=1) -> QueueOut(port=p0, qid=1)\n\
+               x.attach(worker=a)\ny.attach(worker=b)\n";
+    let (mut p, _) = build_virtual(&parse(src, "t.nfk").unwrap(), &ports);
+    let wire = ports.wire("mem");
+    wire.lock().rx[0].extend((0..5).map(|i| udp([2; 6], [4; 6], i, 1, b"0")));
+    wire.lock().rx[1].extend((0..6).map(|i| udp([2; 6], [4; 6], i, 1, b"1")));
+    p.step(3).unwrap();
+    // Both queues to worker b: the port's parts follow at the pause.
+    p.edit(|g| g.attach("x", Some("b"), "root", Default::default()))
+        .unwrap();
+    wire.lock().rx[0].extend((5..9).map(|i| udp([2; 6], [4; 6], i, 1, b"0")));
+    p.step(10).unwrap();
+    let s = p.stats();
+    assert_counters_add_up(&s);
+    assert_eq!(wire.lock().tx[0].len(), 9);
+    assert_eq!(wire.lock().tx[1].len(), 6);
+    assert_eq!(s.ports[0].1.tx_packets, 15);
+    let on_b = |name: &str| {
+        s.workers[1]
+            .classes
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.packets)
+    };
+    assert_eq!(on_b("x"), Some(9), "x's counters follow it to b");
+}

@@ -166,6 +166,17 @@ pub trait Port: Send {
     fn flush(&mut self) -> Result<(), PortError> {
         Ok(())
     }
+    /// Split the port into independent parts, one per queue number, so
+    /// that different threads own different queues with no lock between
+    /// them (a pipeline gives each worker the queues it polls). Part `q`
+    /// serves receive queue `q` and transmit queue `q` under their
+    /// original numbers, reports the whole port's `rx_queues` and
+    /// `tx_queues`, and counts only its own queues. `self` is left an
+    /// empty shell. The default cannot split and returns `None`, leaving
+    /// the port as it was (a pipeline then shares it under a lock).
+    fn split_queues(&mut self) -> Option<Vec<Box<dyn Port>>> {
+        None
+    }
 }
 
 impl PortError {

@@ -5,12 +5,12 @@ use crate::args::Pos;
 use crate::graph::{Graph, GraphError, ROOT_TC};
 use crate::metadata::MetadataError;
 use crate::modules::{BuildEnv, Registry};
-use crate::pipeline::{Pipeline, PipelineError, SharedPort};
+use crate::pipeline::{Pipeline, PipelineError};
+use crate::ports::SharedPort;
 use crate::sched::{RealClock, SchedClock};
 use nfkit_hw::sim::SimDma;
 use nfkit_hw::Mempool;
 use nfkit_port::{Port, PortError};
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -58,7 +58,7 @@ impl Desc {
                     format!("cannot open port `{}` (\"{}\"): {e}", p.name, p.spec),
                 )
             })?;
-            ports.push((p.name.clone(), Arc::new(Mutex::new(port))));
+            ports.push((p.name.clone(), SharedPort::named(&p.name, port)));
         }
         let dma = SimDma::new();
         let pool = Mempool::new(&*dma, "pipeline", opts.pool_buffers.max(64), 2048)
@@ -130,6 +130,9 @@ impl Desc {
                 GraphError::TwoWorkers { module, .. } | GraphError::CannotSplit { module, .. } => {
                     Some(module.clone())
                 }
+                GraphError::QueueOwners(c) => Some(c.second_module.clone()),
+                GraphError::Loop { path } => path.first().cloned(),
+                GraphError::TooDeep { module, .. } => Some(module.clone()),
                 _ => None,
             },
             _ => None,

@@ -9,6 +9,7 @@ use crate::args::{Args, Pos, Value};
 use crate::graph::ROOT_TC;
 use crate::modules::Registry;
 use crate::sched::{Placement, PolicySpec, Resource};
+use std::collections::HashSet;
 
 pub struct Parser<'a> {
     toks: Vec<(Tok, Pos)>,
@@ -16,6 +17,9 @@ pub struct Parser<'a> {
     file: &'a str,
     registry: &'a Registry,
     desc: Desc,
+    /// Names of the modules declared so far (a file of thousands of
+    /// modules parses in linear time).
+    module_names: HashSet<String>,
 }
 
 /// A node in a chain: the module's name.
@@ -37,6 +41,7 @@ impl<'a> Parser<'a> {
                 file: file.to_string(),
                 ..Desc::default()
             },
+            module_names: HashSet::new(),
         }
     }
 
@@ -218,7 +223,7 @@ impl<'a> Parser<'a> {
         let (module, pos) = self.name("a module name")?;
         self.expect(Tok::Dot, "`.`")?;
         let (method, mpos) = self.name("`attach` or a module command")?;
-        if !self.desc.modules.iter().any(|m| m.name == module) {
+        if !self.module_names.contains(&module) {
             return Err(self.error(
                 pos,
                 format!("no module named `{module}` declared before this line"),
@@ -337,7 +342,7 @@ impl<'a> Parser<'a> {
             Tok::DoubleColon => {
                 self.bump();
                 let (class, cpos) = self.name("a module class after `::`")?;
-                if self.desc.modules.iter().any(|m| m.name == first) {
+                if self.module_names.contains(&first) {
                     return Err(self.error(pos, format!("module `{first}` is already declared")));
                 }
                 self.declare(first.clone(), class, pos, cpos)?;
@@ -350,7 +355,7 @@ impl<'a> Parser<'a> {
                 Ok((name, pos))
             }
             _ => {
-                if !self.desc.modules.iter().any(|m| m.name == first) {
+                if !self.module_names.contains(&first) {
                     let hint = if self.registry.contains(&first) {
                         format!(" (to create a {first}, write `{first}()`)")
                     } else {
@@ -384,6 +389,7 @@ impl<'a> Parser<'a> {
             ));
         }
         let args = self.args()?;
+        self.module_names.insert(name.clone());
         self.desc.modules.push(ModuleDecl {
             name,
             class,

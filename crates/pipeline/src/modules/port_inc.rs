@@ -10,7 +10,7 @@
 
 use crate::args::{ArgError, Args};
 use crate::module::{AdaptiveBurst, Ctx, Module, DEFAULT_BURST};
-use crate::pipeline::SharedPort;
+use crate::ports::{Dir, PortUse, Queues, SharedPort};
 use nfkit_hw::Batch;
 
 crate::modules::declare_class!("PortInc" => port_inc, "QueueInc" => queue_inc);
@@ -19,6 +19,8 @@ pub struct PortInc {
     port: SharedPort,
     /// `None`: every receive queue in turn.
     queue: Option<usize>,
+    /// The port's receive queues (fixed when it was opened).
+    rx_queues: usize,
     next: usize,
     burst: AdaptiveBurst,
     carry: Batch,
@@ -40,6 +42,7 @@ impl PortInc {
     }
     fn with(port: SharedPort, queue: Option<usize>, burst: usize) -> PortInc {
         PortInc {
+            rx_queues: port.rx_queues(),
             port,
             queue,
             next: 0,
@@ -53,12 +56,11 @@ impl PortInc {
         if !self.carry.is_empty() {
             return;
         }
-        let mut port = self.port.lock();
         let q = match self.queue {
             Some(q) => q,
             None => {
                 // Each queue in turn, wrapped by comparison (no `%`).
-                let q = if self.next < port.rx_queues() {
+                let q = if self.next < self.rx_queues {
                     self.next
                 } else {
                     0
@@ -67,8 +69,8 @@ impl PortInc {
                 q
             }
         };
-        let got = port.rx_batch(q, &mut self.carry);
-        drop(port);
+        // The worker owns the queue: no lock.
+        let got = ctx.port_rx(0, q, &mut self.carry);
         ctx.count_created(got as u64);
     }
 }
@@ -83,6 +85,13 @@ impl Module for PortInc {
     }
     fn igates(&self) -> usize {
         0
+    }
+    fn ports(&self) -> Vec<PortUse> {
+        vec![PortUse {
+            port: self.port.clone(),
+            dir: Dir::Rx,
+            queues: self.queue.map_or(Queues::All, Queues::One),
+        }]
     }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
         ctx.count_dropped(batch.len() as u64);
@@ -132,7 +141,7 @@ fn queue_inc(
 ) -> Result<Box<dyn Module>, ArgError> {
     let port = env.port(args, "port")?;
     let qid = args.u64_or("qid", 0)? as usize;
-    let have = port.lock().rx_queues();
+    let have = port.rx_queues();
     if qid >= have {
         return Err(ArgError::new(
             "qid",

@@ -4,7 +4,7 @@
 
 use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
-use crate::pipeline::SharedPort;
+use crate::ports::{Dir, PortUse, Queues, SharedPort};
 use nfkit_hw::Batch;
 
 crate::modules::declare_class!("PortOut" => port_out, "QueueOut" => queue_out);
@@ -12,16 +12,23 @@ crate::modules::declare_class!("PortOut" => port_out, "QueueOut" => queue_out);
 pub struct PortOut {
     port: SharedPort,
     queue: Option<usize>,
+    /// The port's transmit queues (fixed when it was opened).
+    tx_queues: usize,
 }
 
 impl PortOut {
     /// Send on `port`, worker `w` using queue `w % tx_queues`.
     pub fn new(port: SharedPort) -> PortOut {
-        PortOut { port, queue: None }
+        PortOut {
+            tx_queues: port.tx_queues().max(1),
+            port,
+            queue: None,
+        }
     }
     /// Send on queue `queue` of `port` only (QueueOut).
     pub fn queue(port: SharedPort, queue: usize) -> PortOut {
         PortOut {
+            tx_queues: port.tx_queues().max(1),
             port,
             queue: Some(queue),
         }
@@ -39,10 +46,16 @@ impl Module for PortOut {
     fn ogates(&self) -> usize {
         0
     }
+    fn ports(&self) -> Vec<PortUse> {
+        vec![PortUse {
+            port: self.port.clone(),
+            dir: Dir::Tx,
+            queues: self.queue.map_or(Queues::OfWorker, Queues::One),
+        }]
+    }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
-        let mut port = self.port.lock();
         let q = self.queue.unwrap_or_else(|| {
-            let (w, n) = (ctx.worker(), port.tx_queues().max(1));
+            let (w, n) = (ctx.worker(), self.tx_queues);
             // Most workers have a queue of their own: no division.
             if w < n {
                 w
@@ -50,16 +63,11 @@ impl Module for PortOut {
                 w % n
             }
         });
-        let sent = port.tx_batch(q, batch);
-        drop(port);
+        // The worker owns the queue: no lock. Buffered output (a capture
+        // file) is flushed by the pipeline when it pauses.
+        let sent = ctx.port_tx(0, q, batch);
         ctx.count_consumed(sent as u64);
         // What is left is dropped and counted by the caller.
-    }
-    fn on_pause(&mut self) {
-        // Buffered output (a capture file) reaches its destination.
-        if let Err(e) = self.port.lock().flush() {
-            tracing::warn!(error = %e, "flushing a port on pause failed");
-        }
     }
 }
 
@@ -76,7 +84,7 @@ fn queue_out(
 ) -> Result<Box<dyn Module>, ArgError> {
     let port = env.port(args, "port")?;
     let qid = args.u64_or("qid", 0)? as usize;
-    let have = port.lock().tx_queues();
+    let have = port.tx_queues();
     if qid >= have {
         return Err(ArgError::new(
             "qid",

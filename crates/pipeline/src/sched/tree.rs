@@ -5,6 +5,8 @@ use super::{
     WeightedFair,
 };
 use crate::counters::Counter;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 /// Index of a class in its tree.
@@ -55,10 +57,15 @@ pub struct TcStats {
 #[derive(Debug)]
 pub struct TcTree {
     classes: Vec<Class>,
+    /// Class ids by name (building a tree of thousands of classes stays
+    /// linear).
+    names: HashMap<String, TcId>,
     /// Per class: no runnable leaf below it now.
     blocked: Vec<bool>,
-    /// Rate-limited classes waiting for tokens: (time, class).
-    wakeups: Vec<(u64, TcId)>,
+    /// Rate-limited classes waiting for tokens: (time, class), earliest
+    /// first (a heap: waking costs O(log n) per due class, not a scan of
+    /// every throttled class each round).
+    wakeups: BinaryHeap<Reverse<(u64, TcId)>>,
 }
 
 impl TcTree {
@@ -66,8 +73,9 @@ impl TcTree {
     pub fn new(root: &str, policy: PolicySpec) -> TcTree {
         let mut t = TcTree {
             classes: Vec::new(),
+            names: HashMap::new(),
             blocked: Vec::new(),
-            wakeups: Vec::new(),
+            wakeups: BinaryHeap::new(),
         };
         t.push(root, None, make_policy(&policy), None);
         t
@@ -83,7 +91,7 @@ impl TcTree {
         false
     }
     pub fn find(&self, name: &str) -> Option<TcId> {
-        self.classes.iter().position(|c| c.name == name)
+        self.names.get(name).copied()
     }
     pub fn name(&self, id: TcId) -> &str {
         &self.classes[id].name
@@ -159,6 +167,9 @@ impl TcTree {
         policy: Policy,
         counters: Option<Arc<TcCounters>>,
     ) {
+        self.names
+            .entry(name.to_string())
+            .or_insert(self.classes.len());
         self.classes.push(Class {
             name: name.to_string(),
             parent,
@@ -231,7 +242,7 @@ impl TcTree {
             if let Policy::RateLimit(rl, _) = &mut self.classes[id].policy {
                 if let Some(wake) = rl.consume(usage, now) {
                     self.classes[id].counters.throttled.add(1);
-                    self.wakeups.push((wake, id));
+                    self.wakeups.push(Reverse((wake, id)));
                     self.refresh(id);
                 }
             }
@@ -250,33 +261,24 @@ impl TcTree {
 
     /// Unblock rate-limited classes whose tokens allow it at `now`.
     pub fn wake(&mut self, now: u64) {
-        let mut i = 0;
-        while i < self.wakeups.len() {
-            let (t, id) = self.wakeups[i];
+        while let Some(&Reverse((t, id))) = self.wakeups.peek() {
             if t > now {
-                i += 1;
-                continue;
+                return;
             }
+            self.wakeups.pop();
             let Policy::RateLimit(rl, _) = &mut self.classes[id].policy else {
-                self.wakeups.swap_remove(i);
                 continue;
             };
             match rl.wake(now) {
-                Ok(()) => {
-                    self.wakeups.swap_remove(i);
-                    self.refresh(id);
-                }
-                Err(later) => {
-                    self.wakeups[i].0 = later;
-                    i += 1;
-                }
+                Ok(()) => self.refresh(id),
+                Err(later) => self.wakeups.push(Reverse((later, id))),
             }
         }
     }
 
     /// The earliest pending wake-up.
     pub fn next_wakeup(&self) -> Option<u64> {
-        self.wakeups.iter().map(|w| w.0).min()
+        self.wakeups.peek().map(|w| w.0 .0)
     }
 
     /// Whether some leaf can run now.

@@ -3,7 +3,7 @@
 
 use nfkit_hw::sim::SimDma;
 use nfkit_hw::{Batch, Mempool};
-use nfkit_pipeline::pipeline::SharedPort;
+use nfkit_pipeline::ports::SharedPort;
 use nfkit_port::{Port, QueueStats};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -23,6 +23,8 @@ pub struct MemPort {
     name: String,
     pool: Mempool,
     pub wire: Arc<Mutex<Wire>>,
+    /// A part of a split port: the one queue it serves and counts.
+    only: Option<usize>,
 }
 
 impl MemPort {
@@ -39,13 +41,14 @@ impl MemPort {
             name: name.into(),
             pool,
             wire: Arc::new(Mutex::new(wire)),
+            only: None,
         }
     }
     /// The port as modules take it, and a handle on its wire.
     pub fn shared(name: &str, queues: usize) -> (SharedPort, Arc<Mutex<Wire>>) {
         let p = MemPort::new(name, queues);
         let wire = p.wire.clone();
-        (Arc::new(Mutex::new(Box::new(p) as Box<dyn Port>)), wire)
+        (SharedPort::new(Box::new(p)), wire)
     }
 }
 
@@ -86,6 +89,9 @@ impl Port for MemPort {
         n
     }
     fn queue_stats(&self, queue: usize) -> QueueStats {
+        if self.only.is_some_and(|q| q != queue) {
+            return QueueStats::default();
+        }
         self.wire.lock().stats[queue]
     }
     fn mac(&self) -> [u8; 6] {
@@ -93,6 +99,22 @@ impl Port for MemPort {
     }
     fn pool(&self) -> &Mempool {
         &self.pool
+    }
+    /// Every part shares the wire (each queue has its own lists).
+    fn split_queues(&mut self) -> Option<Vec<Box<dyn Port>>> {
+        let queues = self.wire.lock().rx.len();
+        Some(
+            (0..queues)
+                .map(|q| {
+                    Box::new(MemPort {
+                        name: self.name.clone(),
+                        pool: self.pool.clone(),
+                        wire: self.wire.clone(),
+                        only: Some(q),
+                    }) as Box<dyn Port>
+                })
+                .collect(),
+        )
     }
 }
 

@@ -35,9 +35,17 @@
 //! about 10% more CPU per packet with 2048 RX slots: the kernel and we
 //! walk 4 MiB instead of 1 MiB).
 //!
-//! Frames larger than a buffer (jumbo MTU, or segmentation/GRO offload
-//! handing over 64 KiB super-frames) are dropped and counted in
-//! `rx_errors` with a warning naming the fix; drops in the kernel ring
+//! Interfaces keep their default offloads. The kernel's `virtio_net_hdr`
+//! before each received frame says whether its TCP/UDP checksum is
+//! partial (the sender's transmit checksum offload): nfkit completes it.
+//! A super-frame from segmentation offload (TSO: up to 64 KiB) does not
+//! fit a slot; with `PACKET_COPY_THRESH` (TPACKET_V2) the kernel also
+//! queues it whole on the socket, where nfkit reads it and cuts it into
+//! MTU-sized segments as the NIC the sender expected would have
+//! ([`nfkit_packet::offload::segment`]). Under TPACKET_V3 (no such
+//! copy), and for frames larger than a buffer without segmentation
+//! (jumbo MTU), they are dropped and counted in `rx_errors` with a
+//! warning naming the fix; drops in the kernel ring
 //! (`PACKET_STATISTICS`) are counted in `rx_dropped`.
 
 #[allow(unsafe_code)]
@@ -48,8 +56,10 @@ use crate::spec::AfPacketSpec;
 use crate::spec::TpacketVersion;
 use crate::{sys, Batch, Mempool, PktBuf, Port, PortError, QueueStats};
 use nfkit_hw::PoolCache;
-use ring::{version_sockopt, Rings, RxFrame, TX_ROOM};
+use nfkit_packet::offload::{self, GsoKind};
+use ring::{version_sockopt, Rings, RxFrame, TX_ROOM, VNET_HDR_LEN};
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -61,9 +71,20 @@ const RX_CACHE: usize = 2 * nfkit_hw::pool::MAX_BATCH;
 /// TX ring slots: the kernel gives a slot back as soon as its frame has
 /// left, so a few batches' worth is plenty.
 const TX_SLOTS: usize = 256;
+/// `PACKET_COPY_THRESH` (linux/if_packet.h).
+const PACKET_COPY_THRESH: libc::c_int = 7;
 /// Ethernet header, and one 802.1Q tag the kernel allows on top of the MTU.
 const ETH_HLEN: usize = 14;
 const VLAN_HLEN: usize = 4;
+
+/// The largest frame the kernel hands over whole (a 64 KiB GSO
+/// super-frame with its Ethernet header and tag), with its vnet header.
+const SUPER_FRAME: usize = VNET_HDR_LEN + 65_536 + ETH_HLEN + 2 * VLAN_HLEN;
+/// Segments one super-frame may be cut into (64 KiB at an MSS of 536,
+/// TCP's smallest default, is 123).
+const MAX_SEGMENTS: usize = 128;
+/// Socket receive buffer for whole super-frames (SO_RCVBUFFORCE).
+const SUPER_RCVBUF: libc::c_int = 8 << 20;
 
 struct Queue {
     fd: OwnedFd,
@@ -71,6 +92,65 @@ struct Queue {
     stats: QueueStats,
     /// Kernel ring drops read so far (PACKET_STATISTICS resets on read).
     kernel_drops: Cell<u64>,
+    /// A whole super-frame read from the socket, and the segment being
+    /// built (allocated once).
+    whole: Vec<u8>,
+    scratch: Vec<u8>,
+    /// Segments cut from a super-frame that did not fit the caller's
+    /// batch; handed over first next time (at most [`MAX_SEGMENTS`]).
+    pending: VecDeque<PktBuf>,
+}
+
+impl Queue {
+    /// Read the super-frame the kernel queued on the socket for a ring
+    /// slot marked `TP_STATUS_COPY`, cut it into segments (or complete
+    /// its checksum) and queue them in `pending`. Returns false if it
+    /// could not (counted by the caller).
+    fn take_whole(&mut self, cache: &mut PoolCache, room: usize) -> bool {
+        let n = match sys::recv(self.fd.as_fd(), &mut self.whole) {
+            Ok(Some(n)) if n > VNET_HDR_LEN => n,
+            _ => return false,
+        };
+        let (hdr, frame) = self.whole[..n].split_at_mut(VNET_HDR_LEN);
+        let gso_type = hdr[ring::VNET_GSO_TYPE_AT];
+        let rd16 = |at: usize| usize::from(u16::from_ne_bytes([hdr[at], hdr[at + 1]]));
+        let mss = rd16(ring::VNET_GSO_SIZE_AT);
+        if gso_type == 0 && hdr[0] & ring::VNET_F_NEEDS_CSUM != 0 {
+            let (start, off) = (
+                rd16(ring::VNET_CSUM_START_AT),
+                rd16(ring::VNET_CSUM_OFFSET_AT),
+            );
+            offload::complete_partial(frame, start, off);
+        }
+        let pending = &mut self.pending;
+        let mut short = false;
+        let mut push = |seg: &[u8]| match cache.alloc() {
+            Some(mut b) => {
+                if seg.len() <= room && b.copy_from(seg).is_ok() {
+                    pending.push_back(b);
+                } else {
+                    short = true;
+                    cache.free(b);
+                }
+            }
+            None => short = true,
+        };
+        match GsoKind::from_vnet(gso_type) {
+            Some(kind) => {
+                if offload::segment(frame, kind, mss, MAX_SEGMENTS, &mut self.scratch, &mut push)
+                    .is_err()
+                {
+                    return false;
+                }
+            }
+            None if gso_type == 0 && frame.len() <= room => push(frame),
+            None => return false,
+        }
+        if short {
+            self.stats.rx_dropped += 1;
+        }
+        true
+    }
 }
 
 pub struct AfPacketPort {
@@ -192,6 +272,16 @@ fn open_queue(
     ] {
         sys::setsockopt(s, libc::SOL_PACKET, opt, &value).map_err(os(what))?;
     }
+    if version == TpacketVersion::V2 {
+        // A frame too long for its slot (a TSO super-frame) is also
+        // queued whole on the socket (TP_STATUS_COPY), with room for a
+        // few of them.
+        sys::setsockopt(s, libc::SOL_PACKET, PACKET_COPY_THRESH, &1)
+            .map_err(os("PACKET_COPY_THRESH"))?;
+        if sys::setsockopt(s, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &SUPER_RCVBUF).is_err() {
+            let _ = sys::setsockopt(s, libc::SOL_SOCKET, libc::SO_RCVBUF, &SUPER_RCVBUF);
+        }
+    }
     let ring = Rings::new(s, version, rx_slots, TX_SLOTS)
         .map_err(os("cannot set up the PACKET_MMAP rings"))?;
     sys::bind_packet(s, ifindex, libc::ETH_P_ALL as u16)
@@ -205,6 +295,9 @@ fn open_queue(
         fd,
         stats: QueueStats::default(),
         kernel_drops: Cell::new(0),
+        whole: vec![0; SUPER_FRAME],
+        scratch: Vec::with_capacity(SUPER_FRAME),
+        pending: VecDeque::with_capacity(MAX_SEGMENTS),
     })
 }
 
@@ -306,13 +399,30 @@ impl Port for AfPacketPort {
         let room = self.pool.data_room();
         let mut n = 0;
         let mut oversize = 0;
-        while !batch.is_full() && q.ring.rx_ready() {
+        loop {
+            // segments of a super-frame first, in order
+            while !batch.is_full() {
+                let Some(b) = q.pending.pop_front() else {
+                    break;
+                };
+                q.stats.rx_bytes += b.len() as u64;
+                batch.push(b);
+                n += 1;
+            }
+            if batch.is_full() || !q.pending.is_empty() || !q.ring.rx_ready() {
+                break;
+            }
             let Some(mut b) = self.rx_cache.alloc() else {
                 break;
             };
             let mut got = false;
+            let mut whole = false;
             q.ring.rx_next(|f| {
                 if f.pkttype == libc::PACKET_OUTGOING {
+                    return;
+                }
+                if f.copied {
+                    whole = true;
                     return;
                 }
                 if f.wire_len > f.data.len() || f.wire_len > room || !copy_frame(&f, &mut b) {
@@ -327,6 +437,9 @@ impl Port for AfPacketPort {
                 n += 1;
             } else {
                 self.rx_cache.free(b);
+            }
+            if whole && !q.take_whole(&mut self.rx_cache, room) {
+                oversize += 1;
             }
         }
         q.stats.rx_packets += n as u64;

@@ -121,7 +121,7 @@ const BLOCK: usize = SLOT * SLOTS_PER_BLOCK;
 /// `num_buffers`): flags, gso_type, hdr_len, gso_size, csum_start,
 /// csum_offset, in host byte order (legacy VirtIO, as packet sockets use
 /// it).
-const VNET_HDR_LEN: usize = 10;
+pub const VNET_HDR_LEN: usize = 10;
 const VNET_HDR_LEN_AT: usize = 2;
 
 /// TX status values (linux/if_packet.h). The kernel may add timestamp
@@ -187,6 +187,10 @@ pub struct RxFrame<'a> {
     pub needs_csum: Option<(u16, u16)>,
     /// The frame is a segmentation-offload super-frame (`gso_type` set).
     pub gso: bool,
+    /// The frame did not fit its slot, and the kernel queued all of it
+    /// on the socket too (`TP_STATUS_COPY`, with `PACKET_COPY_THRESH`):
+    /// `recv` gets it whole.
+    pub copied: bool,
 }
 
 /// A frame header the kernel wrote that points outside its slot or
@@ -198,12 +202,18 @@ const MALFORMED: RxFrame<'static> = RxFrame {
     vlan: None,
     needs_csum: None,
     gso: false,
+    copied: false,
 };
 
+/// `TP_STATUS_COPY` (linux/if_packet.h).
+const TP_STATUS_COPY: u32 = 1 << 1;
+
 /// `virtio_net_hdr` flags and fields the receive side reads.
-const VNET_F_NEEDS_CSUM: u8 = 1;
-const VNET_CSUM_START_AT: usize = 6;
-const VNET_CSUM_OFFSET_AT: usize = 8;
+pub const VNET_F_NEEDS_CSUM: u8 = 1;
+pub const VNET_GSO_TYPE_AT: usize = 1;
+pub const VNET_GSO_SIZE_AT: usize = 4;
+pub const VNET_CSUM_START_AT: usize = 6;
+pub const VNET_CSUM_OFFSET_AT: usize = 8;
 
 /// A walk over fixed-size slots (TX; V2 RX).
 struct Slots {
@@ -492,6 +502,7 @@ impl Rings {
             vlan,
             needs_csum,
             gso,
+            copied: status & TP_STATUS_COPY != 0,
         }
     }
 
