@@ -12,10 +12,12 @@
 //! of its regression directory).
 #![forbid(unsafe_code)]
 
+mod classifiers;
 mod devices;
 mod nfs;
 mod parsers;
 
+pub use classifiers::{cbpf, classifiers};
 pub use devices::{descriptor_chain, vhost_user_message, virtio_used_ring};
 pub use nfs::{nf_bridge, nf_firewall, nf_lb, nf_nat, nf_options, nf_policer, nf_router};
 pub use parsers::{nfk_config, packet_views, pcap_reader, port_spec};
@@ -39,6 +41,8 @@ pub const TARGETS: &[Target] = &[
     ("virtio_used_ring", virtio_used_ring),
     ("vhost_user_message", vhost_user_message),
     ("descriptor_chain", descriptor_chain),
+    ("classifiers", classifiers),
+    ("cbpf", cbpf),
 ];
 
 /// The target called `name`.
