@@ -3,9 +3,10 @@
 //! - `cargo xtask test`: install what the tests need (Debian packages, only
 //!   when root and missing), then run every check and test: fmt, clippy,
 //!   the workspace tests (they replay the fuzz regression inputs on
-//!   stable), the pool under loom (`verify.rs`), the long release-mode
-//!   tests, the QEMU guest tests, every fuzz target briefly (nightly;
-//!   4 minutes in all, build included), and a 60-second soak.
+//!   stable), the pool under loom and the agent protocol's model check
+//!   (`verify.rs`), the long release-mode tests, the QEMU guest tests,
+//!   every fuzz target briefly (nightly; 4 minutes in all, build
+//!   included), and a 60-second soak.
 //! - `cargo xtask deps`: only the installation step.
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
@@ -192,6 +193,7 @@ fn test(args: &[String]) -> Result<()> {
     )?;
     run("cargo test (debug)", cargo().args(["test", "--workspace"]))?;
     verify::loom()?;
+    verify::model_check()?;
     if !quick {
         // Long runs: 10 million packets through each driver model against
         // the free-running 82599 model, in an optimised build.
