@@ -3,7 +3,7 @@
 //! `sim:` ports (with a generator and a sink on their wires) and `pci:`
 //! ports open as in `nfkit run`.
 
-use crate::lab::{registry, SimLab, SimWire};
+use crate::{registry, SimLab, SimWire};
 use anyhow::Result;
 use nfkit_port::{OpenOptions, Port, PortError};
 use std::io::Write;
@@ -12,7 +12,9 @@ use std::sync::Arc;
 /// Queues per simulated port.
 const SIM_QUEUES: usize = 2;
 
-pub fn run(opts: nfkit_daemon::Options) -> Result<()> {
+pub use nfkit_daemon::{Options, DEFAULT_MAX_REQUEST};
+
+pub fn run(opts: Options) -> Result<()> {
     let lab = SimLab::new(
         SimWire::Load {
             frame_len: 60,
