@@ -1,9 +1,11 @@
-//! The `nfkit` command. Each subcommand lives in the library
-//! (`crates/cli/src/<name>.rs`); this file only parses arguments.
+//! The `nfkit` command: parses arguments, calls the library that does
+//! the work (`nfkit-lab`: fwd, demo, nf, pktgen, run, doctor) and prints
+//! the results (`nfkit::print`). `nfkit bench` runs `nfkit-bench`.
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use nfkit::demo::{self, DemoOptions, Model};
+use nfkit_lab::demo::{self, DemoOptions};
+use nfkit_port::Model;
 
 #[derive(Parser)]
 #[command(
@@ -25,7 +27,7 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         seconds: u64,
         /// Driver model.
-        #[arg(long, value_enum, default_value_t = Model::Queue)]
+        #[arg(long, value_parser = parse_model, default_value = "queue")]
         model: Model,
         /// Frame size in bytes, without CRC (60 is the 64-byte minimum).
         #[arg(long, default_value_t = 60)]
@@ -41,7 +43,7 @@ enum Cmd {
         /// vhost-user:PATH[,queues=N], virtio-user:PATH[,queues=N].
         #[arg(num_args = 2, required = true)]
         ports: Vec<String>,
-        #[arg(long, value_enum, default_value_t = Model::Queue)]
+        #[arg(long, value_parser = parse_model, default_value = "queue")]
         model: Model,
         /// Stop after this many seconds (default: Ctrl-C, or the end of a
         /// finite source).
@@ -57,7 +59,7 @@ enum Cmd {
         ports: Vec<String>,
         /// Frame size without CRC, or a range for random sizes: 60, 60-1514.
         #[arg(long, default_value = "60")]
-        size: nfkit::pktgen::Sizes,
+        size: nfkit_lab::pktgen::Sizes,
         /// Flows (consecutive UDP source ports).
         #[arg(long, default_value_t = 1)]
         flows: u16,
@@ -85,30 +87,13 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
-    /// Benchmarks that print figures.
+    /// Benchmarks that print figures: runs `nfkit-bench` (built beside
+    /// `nfkit` by `cargo build --release`); `nfkit bench --help` lists them.
+    #[command(disable_help_flag = true)]
     Bench {
-        #[command(subcommand)]
-        what: BenchCmd,
-    },
-    /// (internal) the lock-step run measured under callgrind.
-    #[command(hide = true)]
-    BenchLockstep {
-        #[arg(long, value_enum)]
-        model: Model,
-        #[arg(long, value_enum)]
-        nf: nfkit::bench::Nf,
-        #[arg(long)]
-        packets: u64,
-    },
-    /// (internal) the lock-step NF run measured under callgrind.
-    #[command(hide = true)]
-    BenchNfLockstep {
-        #[arg(long, value_enum)]
-        model: Model,
-        #[arg(long)]
-        nf: String,
-        #[arg(long)]
-        packets: u64,
+        /// The benchmark and its options.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
     },
     /// Run a pipeline described in FILE (the SoftNIC config language).
     Run {
@@ -120,69 +105,6 @@ enum Cmd {
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
-}
-
-#[derive(Subcommand)]
-enum BenchCmd {
-    /// Every NF on both driver models over simulated 82599s with 60,000
-    /// flows: Mpps per core and instructions per packet (callgrind).
-    Nfs {
-        /// Seconds per free-running measurement.
-        #[arg(long, default_value_t = 1.0)]
-        seconds: f64,
-        /// Packets per callgrind run.
-        #[arg(long, default_value_t = 20_000)]
-        packets: u64,
-        /// Only these NFs (default: all).
-        #[arg(long = "nf")]
-        nfs: Vec<String>,
-    },
-    /// Agent vs queue model: Mpps per core against the free-running model
-    /// and instructions per packet under callgrind, for TinyNF's no-op,
-    /// MAC write and MAC lookup.
-    Drivers {
-        /// Seconds per free-running measurement.
-        #[arg(long, default_value_t = 2.0)]
-        seconds: f64,
-        /// Packets per callgrind run.
-        #[arg(long, default_value_t = 20_000)]
-        packets: u64,
-    },
-    /// The vhost-user path: nfkit's virtio-user against DPDK's net_vhost
-    /// and DPDK's virtio_user against nfkit's vhost-user backend, beside
-    /// DPDK's own pair (issue #7). Needs root and dpdk-testpmd.
-    Vhost {
-        /// Measured seconds per pairing (after 2 s of warm-up).
-        #[arg(long, default_value_t = 5)]
-        seconds: u64,
-        /// Frames in flight (sent by the frontend at start).
-        #[arg(long, default_value_t = 32)]
-        burst: usize,
-    },
-    /// nfkit's AF_XDP, AF_PACKET and null ports against DPDK's PMDs
-    /// (dpdk-testpmd io forwarding) on the same veth pair, same traffic,
-    /// same core (issue #4). Needs root and dpdk-testpmd.
-    Ports {
-        /// Measured seconds per side and case (after 1 s of warm-up).
-        #[arg(long, default_value_t = 3)]
-        seconds: u64,
-        /// Frames sent out of each veth end at start (testpmd --burst,
-        /// which takes 1 to 512).
-        #[arg(long, default_value_t = 32, value_parser = parse_burst)]
-        burst: usize,
-        /// Only these cases (default: af-xdp, af-packet and null, the
-        /// ones with targets; af-packet-v3 is on request).
-        #[arg(long = "case", value_enum)]
-        cases: Vec<nfkit::bench_ports::Case>,
-    },
-    /// Cycles per packet and Mpps of the SoftNIC pipeline (Source -> Sink,
-    /// PortInc -> PortOut over null ports) beside dpdk-testpmd io
-    /// forwarding over net_null (issue #5). Needs root for DPDK.
-    Pipeline {
-        /// Measured seconds per case (after 1 s of warm-up).
-        #[arg(long, default_value_t = 3)]
-        seconds: u64,
-    },
 }
 
 fn main() -> Result<()> {
@@ -197,15 +119,14 @@ fn main() -> Result<()> {
             size,
             flows,
         } => {
-            if !(60..=1514).contains(&size) {
-                bail!("--size {size}: frames are 60 to 1514 bytes (without CRC)");
-            }
-            let r = demo::run(&DemoOptions {
+            let opts = DemoOptions {
                 seconds,
                 model,
                 frame_len: size,
                 flows,
-            })?;
+            };
+            let r = demo::run(&opts)?;
+            nfkit::print::demo_summary(&opts, &r);
             if !r.adds_up() {
                 bail!("the counters do not add up: {r:?}");
             }
@@ -215,7 +136,7 @@ fn main() -> Result<()> {
             model,
             seconds,
             queues,
-        } => nfkit::fwd::run(&nfkit::fwd::FwdArgs {
+        } => nfkit_lab::fwd::run(&nfkit_lab::fwd::FwdArgs {
             ports: [ports[0].clone(), ports[1].clone()],
             model,
             seconds,
@@ -231,7 +152,7 @@ fn main() -> Result<()> {
             seconds,
             rx,
         } => {
-            use nfkit::pktgen::{GenConfig, PktgenArgs, RateLimit};
+            use nfkit_lab::pktgen::{GenConfig, PktgenArgs, RateLimit};
             let rate = rate_pps
                 .map(RateLimit::Pps)
                 .or(rate_mbit.map(RateLimit::WireMbit));
@@ -240,7 +161,7 @@ fn main() -> Result<()> {
             } else {
                 seconds
             };
-            nfkit::pktgen::run(&PktgenArgs {
+            let results = nfkit_lab::pktgen::run(&PktgenArgs {
                 ports,
                 gen: GenConfig {
                     sizes: size,
@@ -252,49 +173,22 @@ fn main() -> Result<()> {
                 seconds,
                 rx,
             })?;
+            nfkit::print::pktgen_results(&results, rx);
         }
         Cmd::Nf { args } if nfkit::nf::wants_help(&args) => println!("{}", nfkit::nf::usage()),
         Cmd::Nf { args } => {
-            nfkit::nf::run(&nfkit::nf::parse_args(&args)?)?;
+            let args = nfkit::nf::parse_args(&args)?;
+            let summary = nfkit_lab::nf::run(&args)?;
+            nfkit::nf::print_summary(&args, &summary);
+            summary.check()?;
         }
-        Cmd::Bench { what } => match what {
-            BenchCmd::Drivers { seconds, packets } => nfkit::bench::drivers(seconds, packets)?,
-            BenchCmd::Ports {
-                seconds,
-                burst,
-                cases,
-            } => nfkit::bench_ports::ports(&nfkit::bench_ports::PortsOptions {
-                cases: if cases.is_empty() {
-                    nfkit::bench_ports::Case::ALL.to_vec()
-                } else {
-                    cases
-                },
-                seconds,
-                burst,
-            })?,
-            BenchCmd::Vhost { seconds, burst } => {
-                nfkit::bench_vhost::vhost(&nfkit::bench_vhost::VhostOptions { seconds, burst })?;
-            }
-            BenchCmd::Pipeline { seconds } => nfkit::bench_pipeline::pipeline(seconds)?,
-            BenchCmd::Nfs {
-                seconds,
-                packets,
-                nfs,
-            } => nfkit::bench_nf::nfs(seconds, packets, &nfs)?,
-        },
-        Cmd::BenchNfLockstep { model, nf, packets } => {
-            let n = nfkit::bench_nf::lockstep(model, &nf, packets)?;
-            println!("forwarded {n}");
-        }
-        Cmd::BenchLockstep { model, nf, packets } => {
-            let n = nfkit::bench::lockstep(model, nf, packets)?;
-            println!("forwarded {n}");
-        }
-        Cmd::Run { file, seconds } => print!("{}", nfkit::run::run(&file, seconds)?),
+        Cmd::Bench { args } => std::process::exit(nfkit::bench::run(&args)?),
+        Cmd::Run { file, seconds } => print!("{}", nfkit_lab::run::run(&file, seconds)?),
         Cmd::Doctor => {
-            let checks = nfkit::doctor::checks(&nfkit::doctor::System::live());
-            print!("{}", nfkit::doctor::report(&checks));
-            let failed = nfkit::doctor::failures(&checks);
+            use nfkit_lab::doctor::{checks, failures, report, System};
+            let checks = checks(&System::live());
+            print!("{}", report(&checks));
+            let failed = failures(&checks);
             if failed > 0 {
                 bail!("{failed} check(s) failed (see the fixes above)");
             }
@@ -303,11 +197,10 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// `--burst` of `bench ports`: testpmd refuses bursts outside 1..=512.
-fn parse_burst(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=512).contains(&n) => Ok(n),
-        Ok(n) => Err(format!("{n} frames: testpmd takes bursts of 1 to 512")),
-        Err(e) => Err(e.to_string()),
+/// `--model agent|queue`.
+fn parse_model(s: &str) -> Result<Model, String> {
+    match s.parse()? {
+        m @ (Model::Agent | Model::Queue) => Ok(m),
+        m => Err(format!("--model {m}: expected agent or queue")),
     }
 }

@@ -22,6 +22,10 @@
 //!   bulk (`nfkit_hw::pool::RxBuffers`, `TxBuffers`). Pools need buffers
 //!   of 4096 bytes ([`MIN_RX_DATA_ROOM`]).
 //!
+//! * [`IxgbePort`] is the queue model as an `nfkit_port::Port`, and
+//!   [`opener`] opens `pci:ADDR` and `sim:N` specs (the latter from a
+//!   [`SimSource`], the simulated lab above this crate).
+//!
 //! Neither data path allocates or reads a device register: received
 //! packets are found by their DD bit, transmitted ones by the written-back
 //! head (agent) or DD bit (queue model). Device-wide counters come from
@@ -72,11 +76,13 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+pub mod agent_protocol;
 mod desc;
 mod device;
 mod error;
 mod init;
 mod pci;
+pub mod port;
 mod queue;
 mod queue_setup;
 pub mod regs;
@@ -91,5 +97,6 @@ pub use device::{Device, DeviceConfig, DeviceStats, Link, QueueHwStats};
 pub use error::{InitError, Step};
 pub use init::InitReport;
 pub use pci::{DEVICE_IDS_82599, VENDOR_INTEL};
+pub use port::{opener, IxgbePort, SimSource};
 pub use queue::{QueueCounters, RxQueue, TxQueue, MIN_RX_DATA_ROOM, TX_CLEAN_BATCH};
 pub use rss::RSS_MAX_QUEUES;

@@ -213,6 +213,16 @@ impl NetworkFunction for Bridge {
         "bridge"
     }
 
+    fn table(&self) -> Vec<String> {
+        self.entries()
+            .iter()
+            .map(|e| {
+                let kind = if e.is_static { "static" } else { "learned" };
+                format!("mac {} port {} {kind}", e.mac, e.port)
+            })
+            .collect()
+    }
+
     fn port_count(&self) -> usize {
         self.cfg.ports
     }

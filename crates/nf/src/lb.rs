@@ -494,6 +494,16 @@ impl NetworkFunction for LoadBalancer {
         "lb"
     }
 
+    fn table(&self) -> Vec<String> {
+        self.backends()
+            .iter()
+            .map(|b| {
+                let kind = if b.is_static { "static" } else { "heartbeat" };
+                format!("backend {} mac {} {kind}", b.ip, b.mac)
+            })
+            .collect()
+    }
+
     fn port_count(&self) -> usize {
         2
     }

@@ -54,6 +54,7 @@ mod rewrite;
 mod router;
 pub mod table;
 mod verdict;
+pub mod workload;
 
 pub use bridge::{Bridge, BridgeConfig, MacEntry, StaticEntry};
 pub use config::{ConfigError, Ipv4Prefix, PortRange};
@@ -61,7 +62,7 @@ pub use firewall::{Firewall, FirewallConfig};
 pub use lb::{Backend, BackendSpec, BackendsFull, LbConfig, LoadBalancer};
 pub use nat::{Filtering, Mapping, Nat, NatConfig, NatTimeouts};
 pub use policer::{Policer, PolicerConfig};
-pub use registry::{build, BoxedNf, NFS};
+pub use registry::{build, build_for_ports, nf_list, BoxedNf, NFS};
 pub use router::{Iface, Neighbor, Route, Router, RouterConfig};
 pub use verdict::{DropReason, NetworkFunction, NfStats, PortId, PortSet, Verdict};
 

@@ -852,6 +852,18 @@ impl NetworkFunction for Nat {
         "nat"
     }
 
+    fn table(&self) -> Vec<String> {
+        let ext = self.config().external_ip;
+        self.mappings()
+            .map(|m| {
+                format!(
+                    "mapping proto {} {}:{} -> {ext}:{}",
+                    m.protocol, m.internal_ip, m.internal_port, m.external_port
+                )
+            })
+            .collect()
+    }
+
     fn port_count(&self) -> usize {
         2
     }

@@ -1,5 +1,5 @@
-//! Building any NF by name from CLI options, for the adapters
-//! (`nfkit nf NAME ...`, pipeline modules).
+//! The one NF registry: building any NF by name from CLI options, for
+//! the adapters (`nfkit nf NAME ...`, pipeline modules).
 
 use crate::config::ConfigError;
 use crate::verdict::NetworkFunction;
@@ -52,6 +52,29 @@ where
     })
 }
 
+/// [`build`] for an NF between `ports` ports: the bridge gets
+/// `--ports` from the port count unless given.
+pub fn build_for_ports(name: &str, args: &[String], ports: usize) -> Result<BoxedNf, ConfigError> {
+    let mut args = args.to_vec();
+    if name == "bridge"
+        && !args
+            .iter()
+            .any(|o| o == "--ports" || o.starts_with("--ports="))
+    {
+        args.extend(["--ports".into(), ports.to_string()]);
+    }
+    build(name, &args)
+}
+
+/// The NFs [`build`] knows, one per line with its description.
+pub fn nf_list() -> String {
+    let mut s = String::from("network functions:");
+    for (n, d) in NFS {
+        s.push_str(&format!("\n  {n:<9} {d}"));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +93,14 @@ mod tests {
             let nf = build(n, args(n)).unwrap();
             assert_eq!(nf.name(), *n);
         }
+        let args = |s: &str| -> Vec<String> { s.split_whitespace().map(String::from).collect() };
+        let b = build_for_ports("bridge", &[], 3).unwrap();
+        assert_eq!(b.port_count(), 3, "the bridge gets its port count");
+        assert!(build_for_ports("nat", &args("--ext-ip nope"), 2)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("ext-ip"));
         assert!(matches!(
             build("nope", [""; 0]),
             Err(ConfigError::UnknownNf { .. })

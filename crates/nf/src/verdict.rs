@@ -211,6 +211,12 @@ pub trait NetworkFunction {
     fn stats(&self) -> &NfStats;
     fn stats_mut(&mut self) -> &mut NfStats;
 
+    /// The NF's table, one line per entry, for people (bridge MACs, LB
+    /// backends, NAT mappings; empty for NFs without one worth printing).
+    fn table(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The NF's packet logic, without counting. `len <= buf.len()` and
     /// `in_port < port_count()` hold; `now_ns` is `now` in nanoseconds.
     /// Adapters call [`NetworkFunction::process`] instead.

@@ -35,15 +35,18 @@ pub mod afpacket;
 pub mod afxdp;
 pub mod agent;
 pub mod fwd;
+pub mod model;
 pub mod netdev;
 pub mod null;
 pub mod open;
 pub mod pcap;
+pub mod rate;
 pub mod spec;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub mod tap;
 
+pub use model::Model;
 pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
 pub use spec::{PortSpec, SpecError};
 

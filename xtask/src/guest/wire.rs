@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// nfkit pktgen's magic at offset 42 (`crates/cli/src/pktgen.rs`).
+/// nfkit pktgen's magic at offset 42 (`crates/lab/src/pktgen.rs`).
 const PKTGEN_MAGIC: [u8; 2] = 0x6e66u16.to_be_bytes();
 /// Our injected frames: an EtherType for local experiments (IEEE 802).
 const ETHERTYPE: [u8; 2] = [0x88, 0xb5];

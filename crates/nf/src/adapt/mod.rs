@@ -16,6 +16,7 @@
 
 pub mod agent;
 pub mod queue;
+#[cfg(feature = "scenarios")]
 pub mod scenarios;
 
 pub use agent::AgentNf;

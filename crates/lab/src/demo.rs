@@ -5,25 +5,16 @@
 //! dropped somewhere (refused at the wire, missed for lack of a
 //! descriptor, or refused by a full transmit ring).
 
-use crate::ixgbe_port::IxgbePort;
-use crate::lab::{LoadCounters, SimLab, SimWire};
-use crate::stats;
-use anyhow::Result;
-use nfkit_ixgbe::{Device, DeviceStats};
+use crate::{LoadCounters, SimLab, SimWire};
+use anyhow::{bail, Result};
+use nfkit_ixgbe::{Device, IxgbePort};
 use nfkit_ixgbe_model::SimBar;
 use nfkit_port::fwd::{fwd, FwdOptions, Touch};
+use nfkit_port::rate::RateLines;
+use nfkit_port::Model;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Which driver model forwards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Model {
-    /// TinyNF agents: no pool, packets handled in place.
-    Agent,
-    /// ixy/DPDK queues: pool buffers in batches.
-    Queue,
-}
 
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
@@ -44,6 +35,7 @@ pub struct DemoReport {
     pub tx_dropped: u64,
     pub sunk: u64,
     pub violations: usize,
+    pub elapsed: Duration,
 }
 
 impl DemoReport {
@@ -55,7 +47,15 @@ impl DemoReport {
     }
 }
 
+/// Run the demo, printing per-second lines; returns what it measured
+/// (the caller prints the summary with [`DemoReport`]).
 pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
+    if !(60..=1514).contains(&opts.frame_len) {
+        bail!(
+            "--size {}: frames are 60 to 1514 bytes (without CRC)",
+            opts.frame_len
+        );
+    }
     let lab = SimLab::new(
         SimWire::Load {
             frame_len: opts.frame_len,
@@ -91,7 +91,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
     let mut ticker = Ticker::new(&devs);
     let (forwarded, tx_dropped) = match opts.model {
         Model::Queue => forward_queues(&lab, &devs, &stop, &mut ticker, &load)?,
-        Model::Agent => forward_agents(&devs, &stop, &mut ticker, &load)?,
+        Model::Agent | Model::AgentAdapter => forward_agents(&devs, &stop, &mut ticker, &load)?,
     };
     let _ = timer.join();
     let mut r = DemoReport {
@@ -109,7 +109,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
         r.sunk += lab.sink_frames(n);
         r.violations += nic.violations().len();
     }
-    print_summary(opts, &r, ticker.start.elapsed());
+    r.elapsed = ticker.start.elapsed();
     Ok(r)
 }
 
@@ -124,30 +124,30 @@ fn mac_str(m: [u8; 6]) -> String {
 /// statistics registers (read once a second, never on the data path).
 struct Ticker<'a> {
     devs: &'a [Device<SimBar>; 2],
-    last: [DeviceStats; 2],
+    lines: RateLines,
     last_offered: u64,
-    at: Instant,
     start: Instant,
 }
 
 impl<'a> Ticker<'a> {
     fn new(devs: &'a [Device<SimBar>; 2]) -> Self {
-        let last = [devs[0].stats(), devs[1].stats()];
-        let now = Instant::now();
         Ticker {
             devs,
-            last,
+            lines: RateLines::new(vec!["sim:0".into(), "sim:1".into()], Self::stats(devs)),
             last_offered: 0,
-            at: now,
-            start: now,
+            start: Instant::now(),
         }
     }
 
+    fn stats(devs: &[Device<SimBar>; 2]) -> Vec<nfkit_port::QueueStats> {
+        devs.iter().map(|d| d.stats().as_port_stats()).collect()
+    }
+
     fn tick(&mut self, load: &LoadCounters) {
-        let over = self.at.elapsed();
-        if over < Duration::from_secs(1) {
+        if !self.lines.due() {
             return;
         }
+        let over = self.lines.since_print();
         let offered = load.offered.load(Ordering::Relaxed);
         println!(
             "[{:>4.1}s] generators offered {:.2} Mpps",
@@ -155,24 +155,7 @@ impl<'a> Ticker<'a> {
             (offered - self.last_offered) as f64 / over.as_secs_f64() / 1e6
         );
         self.last_offered = offered;
-        for (i, d) in self.devs.iter().enumerate() {
-            let s = d.stats();
-            let old = &self.last[i];
-            let rx = stats::Rate::new(
-                s.rx_packets - old.rx_packets,
-                s.rx_bytes - old.rx_bytes,
-                over,
-            );
-            let tx = stats::Rate::new(
-                s.tx_packets - old.tx_packets,
-                s.tx_bytes - old.tx_bytes,
-                over,
-            );
-            println!("{}", stats::line(&format!("sim:{i}"), "RX", rx));
-            println!("{}", stats::line(&format!("sim:{i}"), "TX", tx));
-            self.last[i] = s;
-        }
-        self.at = Instant::now();
+        self.lines.print(Self::stats(self.devs));
     }
 }
 
@@ -206,31 +189,4 @@ fn forward_agents(
     // An agent never refuses a packet: outputs are in lock-step with the
     // input, so the receive ring waits for the slowest output instead.
     Ok((forwarded, 0))
-}
-
-fn print_summary(opts: &DemoOptions, r: &DemoReport, elapsed: Duration) {
-    println!(
-        "\nSummary ({:?} model, {:.1} s):",
-        opts.model,
-        elapsed.as_secs_f64()
-    );
-    println!("  frames offered by the generators   {:>12}", r.offered);
-    println!(
-        "  refused at the wire (buffer full)  {:>12}",
-        r.refused_at_wire
-    );
-    println!("  missed (no free RX descriptor)     {:>12}", r.missed);
-    println!("  received by the driver             {:>12}", r.received);
-    println!("  forwarded                          {:>12}", r.forwarded);
-    println!("  dropped (transmit ring full)       {:>12}", r.tx_dropped);
-    println!("  counted by the sinks               {:>12}", r.sunk);
-    println!(
-        "  forwarding rate                    {:>12.3} Mpps",
-        r.forwarded as f64 / elapsed.as_secs_f64() / 1e6
-    );
-    println!("  datasheet violations (strict mode) {:>12}", r.violations);
-    println!(
-        "  counters add up: {}",
-        if r.adds_up() { "yes" } else { "NO" }
-    );
 }

@@ -1,11 +1,11 @@
 //! `nfkit run FILE`: load a pipeline description (the SoftNIC layer's
 //! config language, see `nfkit-pipeline`), open its ports through the
-//! CLI's registry, run it, and print a `show pipeline`-style report.
+//! one registry ([`crate::registry`]), run it, and print a `show pipeline`-style report.
 //!
 //! Simulated ports (`sim:N`) named by the file get a generator and a sink
 //! on their wires, so every example runs anywhere with live traffic.
 
-use crate::lab::{registry, SimLab, SimWire};
+use crate::{registry, stop_flag, SimLab, SimWire};
 use anyhow::{Context, Result};
 use nfkit_port::{OpenOptions, Port, PortError};
 use std::path::Path;
@@ -31,7 +31,7 @@ pub fn run(path: &Path, seconds: Option<u64>) -> Result<nfkit_pipeline::Pipeline
         .build(&open)
         .with_context(|| format!("building {}", path.display()))?;
     lab.start_load();
-    let stop = crate::fwd::stop_flag(None);
+    let stop = stop_flag(None);
     let limit = seconds.map(Duration::from_secs);
     let result = pipeline.run_until(&stop, limit);
     lab.stop_load();

@@ -10,15 +10,14 @@
 //! Simulated ports get a generator and a sink on their wires, so
 //! `nfkit fwd sim:0 sim:1` forwards real load.
 
-use crate::demo::Model;
-use crate::lab::{registry, SimLab, SimWire};
-use crate::stats;
+use crate::{registry, stop_flag, SimLab, SimWire};
 use anyhow::{bail, Context, Result};
 use nfkit_hw::Bar;
 use nfkit_ixgbe::{Agent, AgentConfig, AgentStats, Device};
 use nfkit_port::agent::AgentAdapter;
 use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
-use nfkit_port::{OpenOptions, Port, PortSpec, QueueStats};
+use nfkit_port::rate::{self, RateLines};
+use nfkit_port::{Model, OpenOptions, Port, PortSpec};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,24 +31,8 @@ pub struct FwdArgs {
     pub queues: usize,
 }
 
-/// A stop flag set by Ctrl-C or a timer.
-pub fn stop_flag(seconds: Option<u64>) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    // Only the first command of a process can install the handler.
-    if ctrlc::set_handler(move || s.store(true, Ordering::Relaxed)).is_err() {
-        tracing::warn!("could not install the Ctrl-C handler: Ctrl-C ends the command at once");
-    }
-    if let Some(secs) = seconds {
-        let s = stop.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(secs));
-            s.store(true, Ordering::Relaxed);
-        });
-    }
-    stop
-}
-
+/// Forward until `args.seconds` pass, Ctrl-C, or finite sources end,
+/// printing per-second lines and a summary.
 pub fn run(args: &FwdArgs) -> Result<()> {
     let specs: Vec<PortSpec> = args
         .ports
@@ -65,7 +48,7 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     );
     let stop = stop_flag(args.seconds);
     let both_sim = specs.iter().all(|s| matches!(s, PortSpec::Sim(_)));
-    if args.model == Model::Agent && both_sim {
+    if args.model.on(both_sim) == Model::Agent {
         return agents_on_sim(&lab, &specs, &stop);
     }
     let reg = registry(lab.clone(), args.queues);
@@ -73,13 +56,13 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     let mut a = reg.open(&specs[0], &opts)?;
     let mut b = reg.open(&specs[1], &opts)?;
     lab.start_load();
-    let report = match args.model {
+    let report = match args.model.on(false) {
         Model::Queue => queues(&mut *a, &mut *b, &stop)?,
-        Model::Agent => adapter(&mut *a, &mut *b, &stop),
+        _ => adapter(&mut *a, &mut *b, &stop),
     };
     lab.stop_load();
     for (i, p) in [&a, &b].iter().enumerate() {
-        println!("{}", stats::summary(p.name(), &report.ports[i]));
+        println!("{}", rate::summary(p.name(), &report.ports[i]));
     }
     for (i, d) in report.dirs.iter().enumerate() {
         println!(
@@ -94,45 +77,17 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     Ok(())
 }
 
-/// Prints per-second lines from port counters.
-struct Lines {
-    names: [String; 2],
-    last: [QueueStats; 2],
-    at: Instant,
-}
-
-impl Lines {
-    fn new(a: &dyn Port, b: &dyn Port) -> Lines {
-        Lines {
-            names: [a.name().to_string(), b.name().to_string()],
-            last: [a.stats(), b.stats()],
-            at: Instant::now(),
-        }
-    }
-
-    fn print(&mut self, now: [QueueStats; 2]) {
-        let over = self.at.elapsed();
-        for ((name, last), now) in self.names.iter().zip(&self.last).zip(&now) {
-            for l in stats::diff_lines(name, last, now, over) {
-                println!("{l}");
-            }
-        }
-        self.last = now;
-        self.at = Instant::now();
-    }
-}
-
 fn queues(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> Result<FwdReport> {
-    let mut lines = Lines::new(a, b);
+    let mut lines = RateLines::of_ports(&[&mut *a, &mut *b]);
     let opts = FwdOptions {
         touch: Touch::Read,
         ..FwdOptions::default()
     };
-    Ok(fwd([a, b], &opts, stop, |r| lines.print(r.ports))?)
+    Ok(fwd([a, b], &opts, stop, |r| lines.print(r.ports.to_vec()))?)
 }
 
 fn adapter(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> FwdReport {
-    let mut lines = Lines::new(a, b);
+    let mut lines = RateLines::of_ports(&[&mut *a, &mut *b]);
     let mut agent = AgentAdapter::new(2);
     // port 0's packets go out of port 1 and the other way round
     let mut handlers = [
@@ -146,7 +101,7 @@ fn adapter(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> FwdReport {
             agent.poll(&mut ports, &mut handlers);
         }
         if at.elapsed() >= Duration::from_secs(1) {
-            lines.print([ports[0].stats(), ports[1].stats()]);
+            lines.print(vec![ports[0].stats(), ports[1].stats()]);
             at = Instant::now();
         }
     }
@@ -175,28 +130,14 @@ fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Re
         lab.open_device(*y, &specs[1].to_string())?,
     ];
     lab.start_load();
-    let mut last = [devs[0].stats(), devs[1].stats()];
-    let mut at = Instant::now();
+    let device_stats = || devs.iter().map(|d| d.stats().as_port_stats()).collect();
+    let mut lines = RateLines::new(
+        specs.iter().map(|s| s.to_string()).collect(),
+        device_stats(),
+    );
     let stats = run_agent_pair(&devs, stop, || {
-        if at.elapsed() >= Duration::from_secs(1) {
-            let over = at.elapsed();
-            for (i, d) in devs.iter().enumerate() {
-                let s = d.stats();
-                let rx = stats::Rate::new(
-                    s.rx_packets - last[i].rx_packets,
-                    s.rx_bytes - last[i].rx_bytes,
-                    over,
-                );
-                let tx = stats::Rate::new(
-                    s.tx_packets - last[i].tx_packets,
-                    s.tx_bytes - last[i].tx_bytes,
-                    over,
-                );
-                println!("{}", stats::line(&specs[i].to_string(), "RX", rx));
-                println!("{}", stats::line(&specs[i].to_string(), "TX", tx));
-                last[i] = s;
-            }
-            at = Instant::now();
+        if lines.due() {
+            lines.print(device_stats());
         }
     })?;
     lab.stop_load();

@@ -30,9 +30,8 @@
 //! `--record-core-cycles` (TSC cycles of its busy rounds) is printed
 //! beside it as a check.
 
-use crate::bench_ports::{FORWARDING_CORE, WARMUP};
-use crate::testpmd::{thread_cpu_time, Testpmd};
-use anyhow::{bail, Context, Result};
+use crate::testpmd::{thread_cpu_time, tsc_hz, Testpmd, FORWARDING_CORE, WARMUP};
+use anyhow::{bail, Result};
 use nfkit_pipeline::PipelineStats;
 use nfkit_port::{OpenOptions, Registry};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,22 +87,6 @@ fn cases() -> [PipelineCase; 2] {
             },
         },
     ]
-}
-
-/// The TSC's nominal frequency in Hz: the first `cpu MHz` of
-/// `/proc/cpuinfo` (on this kind of machine the CPU runs at it:
-/// `constant_tsc`, `tsc_known_freq`).
-pub fn tsc_hz() -> Result<f64> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").context("reading /proc/cpuinfo")?;
-    parse_cpu_mhz(&info)
-        .map(|mhz| mhz * 1e6)
-        .context("no `cpu MHz` line in /proc/cpuinfo")
-}
-
-fn parse_cpu_mhz(info: &str) -> Option<f64> {
-    info.lines()
-        .find(|l| l.starts_with("cpu MHz"))
-        .and_then(|l| l.split(':').nth(1)?.trim().parse().ok())
 }
 
 /// Run one pipeline case: one second of warm-up, then `seconds`
@@ -188,7 +171,7 @@ pub fn pipeline(seconds: u64) -> Result<()> {
         );
     }
     let hz = tsc_hz()?;
-    let stop = crate::fwd::stop_flag(None);
+    let stop = nfkit_lab::stop_flag(None);
     let mut rows: Vec<(&str, Result<Measured, String>)> = Vec::new();
     for case in cases() {
         if stop.load(Ordering::Relaxed) {
@@ -277,14 +260,6 @@ fn print_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nominal_frequency_from_cpuinfo() {
-        let info =
-            "processor\t: 0\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 2596.134\ncache size\t: 512 KB\n";
-        assert_eq!(parse_cpu_mhz(info), Some(2596.134));
-        assert_eq!(parse_cpu_mhz("processor\t: 0\n"), None);
-    }
 
     /// Both pipelines run and count packets, with the worker's CPU time
     /// found. No figure is checked against a speed.

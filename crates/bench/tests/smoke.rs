@@ -1,4 +1,5 @@
-//! The comparison benchmarks run end to end as the real `nfkit` binary
+//! The comparison benchmarks run end to end as the real `nfkit-bench`
+//! binary (what `nfkit bench` runs)
 //! (root and dpdk-testpmd; else SKIP): every case prints a row with both
 //! sides' figures and a ratio. Nothing here judges a figure (that is
 //! what the benchmarks are for, in release builds); a debug build only
@@ -15,11 +16,10 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn bench(args: &[&str]) -> String {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new(env!("CARGO_BIN_EXE_nfkit"))
-        .arg("bench")
+    let out = Command::new(env!("CARGO_BIN_EXE_nfkit-bench"))
         .args(args)
         .output()
-        .expect("running nfkit bench");
+        .expect("running nfkit-bench");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

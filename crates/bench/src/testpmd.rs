@@ -8,10 +8,10 @@
 //! the steady periods. Every wait is bounded.
 //!
 //! ```no_run
-//! use nfkit::testpmd::Testpmd;
+//! use nfkit_bench::testpmd::Testpmd;
 //! let run = Testpmd::new(["net_null0,size=60", "net_null1,size=60"], 3).run()?;
 //! println!("{:.2} Mpps per port", run.mean_rx_pps() / 1e6);
-//! # Ok::<(), nfkit::testpmd::TestpmdError>(())
+//! # Ok::<(), nfkit_bench::testpmd::TestpmdError>(())
 //! ```
 
 pub use nfkit_testkit::DpdkEnv;
@@ -21,6 +21,28 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The core both sides of a comparison forward on.
+pub const FORWARDING_CORE: usize = 1;
+/// Measurement starts this long after forwarding does.
+pub const WARMUP: Duration = Duration::from_secs(1);
+
+/// The TSC's nominal frequency in Hz: the first `cpu MHz` of
+/// `/proc/cpuinfo` (on this kind of machine the CPU runs at it:
+/// `constant_tsc`, `tsc_known_freq`).
+pub fn tsc_hz() -> anyhow::Result<f64> {
+    use anyhow::Context;
+    let info = std::fs::read_to_string("/proc/cpuinfo").context("reading /proc/cpuinfo")?;
+    parse_cpu_mhz(&info)
+        .map(|mhz| mhz * 1e6)
+        .context("no `cpu MHz` line in /proc/cpuinfo")
+}
+
+fn parse_cpu_mhz(info: &str) -> Option<f64> {
+    info.lines()
+        .find(|l| l.starts_with("cpu MHz"))
+        .and_then(|l| l.split(':').nth(1)?.trim().parse().ok())
+}
 
 /// The program run.
 pub const TESTPMD: &str = "dpdk-testpmd";
@@ -606,6 +628,14 @@ pub fn steady_average(periods: &[Period], skip: usize) -> Option<Vec<PortRate>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nominal_frequency_from_cpuinfo() {
+        let info =
+            "processor\t: 0\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 2596.134\ncache size\t: 512 KB\n";
+        assert_eq!(parse_cpu_mhz(info), Some(2596.134));
+        assert_eq!(parse_cpu_mhz("processor\t: 0\n"), None);
+    }
 
     /// Captured from `dpdk-testpmd ... --vdev net_null0 --vdev net_null1
     /// -- --forward-mode=io --auto-start --stats-period 1` (DPDK 22.11),

@@ -1,4 +1,5 @@
-//! Per-second rate lines in the MoonGen/ixy style:
+//! The one rate printer of every command: per-second rate lines in the
+//! MoonGen/ixy style:
 //!
 //! `[Device: sim:0] TX: 14.88 Mpps, 7619 Mbit/s (10000 Mbit/s with framing)`
 //!
@@ -7,8 +8,8 @@
 //! inter-frame gap that every frame costs on the wire, so 64-byte frames
 //! at 10 GbE line rate read 10000.
 
-use nfkit_port::QueueStats;
-use std::time::Duration;
+use crate::{Port, QueueStats};
+use std::time::{Duration, Instant};
 
 /// Bytes of CRC not included in byte counters.
 pub const CRC: u64 = 4;
@@ -57,6 +58,67 @@ pub fn diff_lines(device: &str, old: &QueueStats, new: &QueueStats, over: Durati
         over,
     );
     [line(device, "RX", rx), line(device, "TX", tx)]
+}
+
+/// Prints RX and TX lines for a set of named counters once a second:
+/// [`RateLines::due`] says when, [`RateLines::print`] prints the change
+/// since the last print.
+pub struct RateLines {
+    names: Vec<String>,
+    last: Vec<QueueStats>,
+    at: Instant,
+}
+
+impl RateLines {
+    /// Start from `now`, the counters of the devices named `names`.
+    pub fn new(names: Vec<String>, now: Vec<QueueStats>) -> RateLines {
+        RateLines {
+            names,
+            last: now,
+            at: Instant::now(),
+        }
+    }
+
+    /// Start from the counters of `ports`.
+    pub fn of_ports(ports: &[&mut dyn Port]) -> RateLines {
+        RateLines::new(
+            ports.iter().map(|p| p.name().to_string()).collect(),
+            ports.iter().map(|p| p.stats()).collect(),
+        )
+    }
+
+    /// A second has passed since the last print.
+    pub fn due(&self) -> bool {
+        self.at.elapsed() >= Duration::from_secs(1)
+    }
+
+    /// Time since the last print (or the start).
+    pub fn since_print(&self) -> Duration {
+        self.at.elapsed()
+    }
+
+    /// The `[RX, TX]` lines of each device for counters `now` (same
+    /// order as the names); remembers `now`.
+    pub fn lines(&mut self, now: Vec<QueueStats>) -> Vec<[String; 2]> {
+        let over = self.at.elapsed();
+        let out = self
+            .names
+            .iter()
+            .zip(&self.last)
+            .zip(&now)
+            .map(|((name, last), now)| diff_lines(name, last, now, over))
+            .collect();
+        self.last = now;
+        self.at = Instant::now();
+        out
+    }
+
+    /// Print the RX and TX lines for counters `now`.
+    pub fn print(&mut self, now: Vec<QueueStats>) {
+        for [rx, tx] in self.lines(now) {
+            println!("{rx}\n{tx}");
+        }
+    }
 }
 
 /// Counters as a testpmd-style block.

@@ -36,7 +36,7 @@
 //! mode does not read it: `Touch::None`), and are measured as the mean of
 //! the two ports' receive rates over the seconds after the first.
 
-use crate::testpmd::{current_thread_cpu_time, Testpmd};
+use crate::testpmd::{current_thread_cpu_time, tsc_hz, Testpmd, FORWARDING_CORE, WARMUP};
 use anyhow::{Context, Result};
 use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
 use nfkit_port::null::udp_template;
@@ -48,10 +48,6 @@ use std::time::Duration;
 
 /// Frame size of the circulating traffic (testpmd's transmit default).
 pub const FRAME_LEN: usize = 64;
-/// The core both sides forward on.
-pub const FORWARDING_CORE: usize = 1;
-/// Measurement starts this long after forwarding does.
-pub const WARMUP: Duration = Duration::from_secs(1);
 
 /// One comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -179,7 +175,7 @@ impl Row {
 }
 
 pub fn run(opts: &PortsOptions) -> Result<Vec<Row>> {
-    let stop = crate::fwd::stop_flag(None);
+    let stop = nfkit_lab::stop_flag(None);
     let mut rows = Vec::new();
     for &case in &opts.cases {
         if stop.load(Ordering::Relaxed) {
@@ -404,7 +400,7 @@ pub fn ports(opts: &PortsOptions) -> Result<()> {
             "note: a debug build; run `cargo run --release -- bench ports` for meaningful figures"
         );
     }
-    let hz = crate::bench_pipeline::tsc_hz()?;
+    let hz = tsc_hz()?;
     let rows = run(opts)?;
     print_table(
         &format!(

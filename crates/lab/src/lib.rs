@@ -1,23 +1,62 @@
-//! Where 82599 ports come from: `sim:N` (a free-running software model of
-//! the 82599 in this process) and `pci:ADDR` (a real device, over VFIO if
-//! it is bound to vfio-pci, else over sysfs/uio with hugepages).
+//! # nfkit-lab: the simulated lab, and the one port registry
 //!
-//! The simulated lab owns the models. What is on the far side of a
+//! The lab sits above the 82599 driver (`nfkit-ixgbe`) and its software
+//! model (`nfkit-ixgbe-model`), which never depend on each other: the
+//! lab makes the models ([`SimLab`]: `sim:N` ports, free-running on their
+//! own threads) and hands their PCI functions to the driver's opener
+//! through [`nfkit_ixgbe::SimSource`]. What is on the far side of a
 //! simulated port's wire depends on the command: a traffic generator and
 //! sink (`fwd`, `demo`), or a loopback cable (`pktgen` receiving its own
 //! traffic).
+//!
+//! [`registry`] is the one registry that opens every spec: the software
+//! backends of `nfkit-port`, `sim:` and `pci:` (82599) of `nfkit-ixgbe`,
+//! and `pci:` (VirtIO-net), `vhost-user:` and `virtio-user:` of
+//! `nfkit-virtio`.
+//!
+//! The commands' work is here too, for the command crate to call: [`fwd`],
+//! [`demo`], [`nf`] (with [`forms`]: NFs on simulated 82599s in each
+//! driver model), [`pktgen`], [`run`] and [`doctor`].
+#![forbid(unsafe_code)]
 
-use crate::ixgbe_port::IxgbePort;
+pub mod demo;
+pub mod doctor;
+pub mod forms;
+pub mod fwd;
+pub mod nf;
+pub mod pktgen;
+pub mod run;
+
 use anyhow::{Context, Result};
 use nfkit_hw::sim::SimDma;
-use nfkit_hw::{Clock, DmaAllocator, PciAddress, SystemClock};
-use nfkit_ixgbe::{Device, DeviceConfig};
-use nfkit_ixgbe_model::{ModelConfig, Nic82599, RunningNic, SimBar, SinkStats, TrafficGen};
-use nfkit_port::{OpenOptions, Port, PortError, PortSpec, Registry};
+use nfkit_hw::DmaAllocator;
+use nfkit_ixgbe::port::init_device;
+use nfkit_ixgbe::{Device, IxgbePort, SimSource};
+use nfkit_ixgbe_model::{ModelConfig, Nic82599, RunningNic, SimBar, SimPci, SinkStats, TrafficGen};
+use nfkit_port::{PortError, Registry};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A stop flag set by Ctrl-C or a timer.
+pub fn stop_flag(seconds: Option<u64>) -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    // Only the first command of a process can install the handler.
+    if ctrlc::set_handler(move || s.store(true, Ordering::Relaxed)).is_err() {
+        tracing::warn!("could not install the Ctrl-C handler: Ctrl-C ends the command at once");
+    }
+    if let Some(secs) = seconds {
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(secs));
+            s.store(true, Ordering::Relaxed);
+        });
+    }
+    stop
+}
 
 /// The MAC address of simulated port `n`.
 pub fn sim_mac(n: usize) -> [u8; 6] {
@@ -73,9 +112,9 @@ impl SimLab {
         })
     }
 
-    /// Create simulated port `n`, start its device thread and initialize
-    /// the driver on it; returns the device (for agents).
-    pub fn open_device(&self, n: usize, name: &str) -> Result<Device<SimBar>> {
+    /// Create simulated port `n`: its model, its device thread and
+    /// what hangs off its wire.
+    fn create_nic(&self, n: usize) -> SimPci {
         let nic = Nic82599::new(
             ModelConfig {
                 mac: sim_mac(n),
@@ -84,18 +123,6 @@ impl SimLab {
             self.dma.clone(),
         );
         let running = nic.spawn();
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
-        let dev = Device::init(
-            &nic.pci(),
-            self.dma.clone(),
-            clock,
-            DeviceConfig {
-                rx_queues: self.queues,
-                tx_queues: self.queues,
-                ..DeviceConfig::default()
-            },
-        )
-        .with_context(|| format!("initializing the simulated 82599 {name}"))?;
         let sink = match self.wire {
             SimWire::Open => None,
             SimWire::Load { .. } => Some(nic.wire().attach_sink()),
@@ -104,6 +131,7 @@ impl SimLab {
                 None
             }
         };
+        let pci = nic.pci();
         let mut ports = self.ports.lock();
         if ports.len() <= n {
             ports.resize_with(n + 1, || None);
@@ -113,7 +141,15 @@ impl SimLab {
             _running: running,
             sink,
         });
-        Ok(dev)
+        pci
+    }
+
+    /// Create simulated port `n` and initialize the driver on it; returns
+    /// the device (for agents).
+    pub fn open_device(&self, n: usize, name: &str) -> Result<Device<SimBar>> {
+        let pci = self.create_nic(n);
+        init_device(&pci, self.dma.clone(), self.queues)
+            .with_context(|| format!("initializing the simulated 82599 {name}"))
     }
 
     /// Simulated port `n` as a queue-model port.
@@ -204,63 +240,28 @@ impl Drop for SimLab {
     }
 }
 
-/// Open a real 82599 at `addr`: VFIO when the device sits in an IOMMU
-/// group bound to vfio-pci, else sysfs/uio with hugepage memory.
-pub fn open_pci(addr: PciAddress, name: &str, queues: usize) -> Result<Box<dyn Port>> {
-    let config = DeviceConfig {
-        rx_queues: queues,
-        tx_queues: queues,
-        ..DeviceConfig::default()
-    };
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
-    let sysfs_driver = std::fs::read_link(format!("/sys/bus/pci/devices/{addr}/driver"))
-        .ok()
-        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().to_string()));
-    if sysfs_driver.as_deref() == Some("vfio-pci") {
-        let container = nfkit_hw::vfio::VfioContainer::open()?;
-        let pci = container.device(addr)?;
-        let dma: Arc<dyn DmaAllocator> = Arc::new(container);
-        let dev = Device::init(&pci, dma.clone(), clock, config)?;
-        return Ok(Box::new(IxgbePort::new(name, dev, &*dma)?));
+impl SimSource for SimLab {
+    type Pci = SimPci;
+    fn create(&self, n: usize) -> Result<(SimPci, Arc<dyn DmaAllocator>), PortError> {
+        Ok((self.create_nic(n), self.dma.clone()))
     }
-    let pci = nfkit_hw::linux::LinuxPci::open(addr)?;
-    pci.unbind_driver()?;
-    let dma: Arc<dyn DmaAllocator> = Arc::new(nfkit_hw::linux::HugepageDma::new()?);
-    let dev = Device::init(&pci, dma.clone(), clock, config)
-        .with_context(|| format!("initializing {name}"))?;
-    Ok(Box::new(IxgbePort::new(name, dev, &*dma)?))
 }
 
-/// The port registry of the `nfkit` command: software ports, `sim:`
-/// ports from `lab`, `pci:` ports (VirtIO-net devices to the VirtIO
-/// driver, anything else to the 82599 driver), and vhost-user ports
-/// (`vhost-user:`, `virtio-user:`).
+/// The port registry: software ports, `sim:` ports from `lab`, `pci:`
+/// ports (VirtIO-net devices to the VirtIO driver, anything else to the
+/// 82599 driver), and vhost-user ports (`vhost-user:`, `virtio-user:`);
+/// 82599 ports get `queues` queue pairs.
 pub fn registry(lab: Arc<SimLab>, queues: usize) -> Registry {
-    ixgbe_registry(lab, queues).with(nfkit_virtio::opener())
-}
-
-fn ixgbe_registry(lab: Arc<SimLab>, queues: usize) -> Registry {
-    Registry::new().with(move |spec: &PortSpec, _opts: &OpenOptions| {
-        let name = spec.to_string();
-        let wrap = |r: Result<Box<dyn Port>>| {
-            r.map_err(|e| PortError::Config {
-                port: name.clone(),
-                msg: format!("{e:#}"),
-            })
-        };
-        match spec {
-            PortSpec::Sim(n) => Some(wrap(
-                lab.open(*n, &name).map(|p| Box::new(p) as Box<dyn Port>),
-            )),
-            PortSpec::Pci(addr) => Some(wrap(open_pci(*addr, &name, queues))),
-            _ => None,
-        }
-    })
+    let queues = queues.max(1);
+    Registry::new()
+        .with(nfkit_ixgbe::opener(queues, lab))
+        .with(nfkit_virtio::opener())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nfkit_port::OpenOptions;
 
     #[test]
     fn registry_opens_vhost_user_pairs_and_passes_other_pci_devices_on() {

@@ -414,9 +414,11 @@ pub struct PortResult {
 }
 
 /// Run the generator on every port until the count or time is reached
-/// (or Ctrl-C), printing a TX (and RX) line per port each second.
+/// (or Ctrl-C), printing a TX (and RX) line per port each second;
+/// returns what each port's generator sent and received.
 pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
-    use crate::lab::{registry, SimLab, SimWire};
+    use crate::{registry, stop_flag, SimLab, SimWire};
+    use nfkit_port::rate::RateLines;
     use nfkit_port::{OpenOptions, Port};
     use std::sync::atomic::Ordering;
     use std::time::Instant;
@@ -441,10 +443,12 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     let mut pending: Vec<Batch> = ports.iter().map(|_| Batch::new()).collect();
     let mut receivers: Vec<Receiver> = ports.iter().map(|_| Receiver::default()).collect();
     let mut rx = Batch::new();
-    let stop = crate::fwd::stop_flag(args.seconds);
+    let stop = stop_flag(args.seconds);
     let start = Instant::now();
-    let mut last: Vec<_> = ports.iter().map(|p| p.stats()).collect();
-    let mut at = Instant::now();
+    let mut lines = RateLines::new(
+        ports.iter().map(|p| p.name().to_string()).collect(),
+        ports.iter().map(|p| p.stats()).collect(),
+    );
     let limit = args.count.unwrap_or(u64::MAX);
     let mut done_at: Option<Instant> = None;
     loop {
@@ -470,18 +474,13 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
                 }
             }
         }
-        if at.elapsed() >= Duration::from_secs(1) {
-            let over = at.elapsed();
-            for (i, p) in ports.iter().enumerate() {
-                let s = p.stats();
-                let [rxl, txl] = crate::stats::diff_lines(p.name(), &last[i], &s, over);
+        if lines.due() {
+            for [rxl, txl] in lines.lines(ports.iter().map(|p| p.stats()).collect()) {
                 println!("{txl}");
                 if args.rx {
                     println!("{rxl}");
                 }
-                last[i] = s;
             }
-            at = Instant::now();
         }
         if all_done {
             // give the last frames time to come back
@@ -501,19 +500,6 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
             receiver,
         })
         .collect();
-    for r in &results {
-        print!("[Device: {}] sent {} packets", r.name, r.sent);
-        if args.rx {
-            print!(
-                ", received {} back, lost {}, reordered {}; {}",
-                r.receiver.received,
-                r.receiver.lost(r.sent),
-                r.receiver.reordered,
-                r.receiver.latency_line()
-            );
-        }
-        println!();
-    }
     Ok(results)
 }
 

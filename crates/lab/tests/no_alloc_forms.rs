@@ -4,8 +4,10 @@
 //! (counted by `allocation-counter` around the rounds only; the devices
 //! step outside them).
 
-use nfkit::bench_nf::{with_form, workload, Form, SimNics};
 use nfkit_ixgbe_model::TrafficGen;
+use nfkit_lab::forms::{with_form, SimNics};
+use nfkit_nf::workload::workload;
+use nfkit_port::Model;
 use std::time::Duration;
 
 #[test]
@@ -15,7 +17,7 @@ fn rounds_allocate_nothing() {
     });
     assert!(probe.count_total >= 1, "the counter counts");
     for name in ["nat", "bridge", "router"] {
-        for form in [Form::Agent, Form::AgentAdapter, Form::Queue] {
+        for form in [Model::Agent, Model::AgentAdapter, Model::Queue] {
             let w = workload(name, 2000).unwrap();
             let mut nf = nfkit_nf::build(name, &w.options).unwrap();
             let nics = SimNics::lockstep(2).unwrap();

@@ -1,0 +1,372 @@
+//! `nfkit bench drivers`: the two driver models compared on equal terms,
+//! with the network functions of TinyNF's Table 4:
+//!
+//! - **no-op**: the packet is not touched;
+//! - **MAC write**: a constant is written to the destination MAC;
+//! - **MAC lookup**: the destination MAC is set from a table indexed by
+//!   the source MAC.
+//!
+//! Two figures per model and function:
+//! - **Mpps per core** forwarding one direction against the free-running
+//!   82599 model (one forwarding thread; the model and the generator run
+//!   on their own threads, so on a 2-core machine they compete with it);
+//! - **instructions per packet** from a lock-step run under callgrind,
+//!   counting only [`driver_round_agent`]/[`driver_round_queue`] (driver
+//!   and function code; the device model's own work runs outside them and
+//!   is excluded, including what happens inside a register write to the
+//!   simulated BAR).
+
+use anyhow::{bail, Context, Result};
+use nfkit_hw::sim::{SimDma, VirtualClock};
+use nfkit_hw::{Batch, Clock};
+use nfkit_ixgbe::{Agent, AgentConfig, Device, DeviceConfig, IxgbePort};
+use nfkit_ixgbe_model::{ModelConfig, Nic82599, SimBar, TrafficGen};
+use nfkit_lab::{sim_mac, SimLab, SimWire};
+use nfkit_port::{Model, Port};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The network functions of TinyNF's Table 4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Nf {
+    Noop,
+    MacWrite,
+    MacLookup,
+}
+
+impl Nf {
+    pub const ALL: [Nf; 3] = [Nf::Noop, Nf::MacWrite, Nf::MacLookup];
+
+    fn name(self) -> &'static str {
+        match self {
+            Nf::Noop => "no-op",
+            Nf::MacWrite => "MAC write",
+            Nf::MacLookup => "MAC lookup",
+        }
+    }
+}
+
+/// Destination MACs by the last byte of the source MAC.
+pub struct MacTable([[u8; 6]; 256]);
+
+impl Default for MacTable {
+    fn default() -> Self {
+        MacTable::new()
+    }
+}
+
+impl MacTable {
+    pub fn new() -> MacTable {
+        let mut t = [[0u8; 6]; 256];
+        for (i, m) in t.iter_mut().enumerate() {
+            *m = [0x02, 0, 0, 0, 0x10, i as u8];
+        }
+        MacTable(t)
+    }
+}
+
+/// One of TinyNF's functions, compiled into the round that runs it (as
+/// TinyNF compiles its function into the driver loop): choosing the
+/// function per packet would add harness work to every figure.
+pub trait NfFn: Copy {
+    /// Apply the function to one frame in place.
+    fn apply(self, frame: &mut [u8]);
+}
+
+/// The packet is not touched.
+#[derive(Clone, Copy)]
+pub struct NoopFn;
+/// A constant is written to the destination MAC.
+#[derive(Clone, Copy)]
+pub struct MacWriteFn;
+/// The destination MAC comes from a table indexed by the source MAC.
+#[derive(Clone, Copy)]
+pub struct MacLookupFn<'a>(pub &'a MacTable);
+
+impl NfFn for NoopFn {
+    #[inline(always)]
+    fn apply(self, _frame: &mut [u8]) {}
+}
+
+impl NfFn for MacWriteFn {
+    #[inline(always)]
+    fn apply(self, frame: &mut [u8]) {
+        frame[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x99]);
+    }
+}
+
+impl NfFn for MacLookupFn<'_> {
+    #[inline(always)]
+    fn apply(self, frame: &mut [u8]) {
+        let dst = self.0 .0[frame[11] as usize];
+        frame[0..6].copy_from_slice(&dst);
+    }
+}
+
+/// Run `body` with `nf` as its compiled-in function.
+macro_rules! with_nf {
+    ($nf:expr, $table:expr, |$f:ident| $body:expr) => {
+        match $nf {
+            Nf::Noop => {
+                let $f = NoopFn;
+                $body
+            }
+            Nf::MacWrite => {
+                let $f = MacWriteFn;
+                $body
+            }
+            Nf::MacLookup => {
+                let $f = MacLookupFn($table);
+                $body
+            }
+        }
+    };
+}
+
+/// One round of the agent model: handle every waiting packet.
+#[inline(never)]
+pub fn driver_round_agent<F: NfFn>(agent: &mut Agent<SimBar>, nf: F) -> usize {
+    let mut handler = |buf: &mut [u8], len: usize, out: &mut [u16]| {
+        nf.apply(&mut buf[..len]);
+        out[0] = len as u16;
+    };
+    let mut total = 0;
+    loop {
+        let n = agent.run_once(&mut handler);
+        total += n;
+        if n == 0 {
+            return total;
+        }
+    }
+}
+
+/// One round of the queue model: receive a batch, apply, transmit,
+/// drop what the transmit ring refused.
+#[inline(never)]
+pub fn driver_round_queue<F: NfFn>(
+    rx: &mut IxgbePort<SimBar>,
+    tx: &mut IxgbePort<SimBar>,
+    batch: &mut Batch,
+    nf: F,
+) -> usize {
+    let mut total = 0;
+    loop {
+        let n = rx.rx_batch(0, batch);
+        if n == 0 {
+            return total;
+        }
+        total += n;
+        for p in batch.iter_mut() {
+            nf.apply(p.data_mut());
+        }
+        tx.tx_batch(0, batch);
+        batch.clear();
+    }
+}
+
+/// Forwarding rate against the free-running model, one direction.
+pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
+    let lab = SimLab::new(
+        SimWire::Load {
+            frame_len: 60,
+            flows: 256,
+        },
+        1,
+    );
+    let devs = [lab.open_device(0, "sim:0")?, lab.open_device(1, "sim:1")?];
+    let table = MacTable::new();
+    lab.start_load();
+    let start = Instant::now();
+    let mut forwarded = 0u64;
+    let warmup = Duration::from_millis(300);
+    let mut measured_from = None;
+    let mut base = 0u64;
+    match model {
+        Model::AgentAdapter => bail!("bench drivers measures agents and queues"),
+        Model::Agent => {
+            let mut agent = Agent::new(&devs[0], 0, &[(&devs[1], 0)], &AgentConfig::default())?;
+            while start.elapsed().as_secs_f64() < seconds + warmup.as_secs_f64() {
+                forwarded += with_nf!(nf, &table, |f| driver_round_agent(&mut agent, f)) as u64;
+                if measured_from.is_none() && start.elapsed() >= warmup {
+                    measured_from = Some(Instant::now());
+                    base = forwarded;
+                }
+            }
+        }
+        Model::Queue => {
+            let mut rx = IxgbePort::new("sim:0", devs[0].clone(), &**lab.dma())?;
+            let mut tx = IxgbePort::new("sim:1", devs[1].clone(), &**lab.dma())?;
+            let mut batch = Batch::new();
+            while start.elapsed().as_secs_f64() < seconds + warmup.as_secs_f64() {
+                forwarded += with_nf!(nf, &table, |f| driver_round_queue(
+                    &mut rx, &mut tx, &mut batch, f
+                )) as u64;
+                if measured_from.is_none() && start.elapsed() >= warmup {
+                    measured_from = Some(Instant::now());
+                    base = forwarded;
+                }
+            }
+        }
+    }
+    lab.stop_load();
+    let from = measured_from.context("the run was shorter than its warm-up")?;
+    Ok((forwarded - base) as f64 / from.elapsed().as_secs_f64() / 1e6)
+}
+
+/// Two lock-step devices on a virtual clock (device work happens only in
+/// `step`, outside the counted driver rounds).
+fn lockstep_pair() -> Result<LockstepPair> {
+    let dma = SimDma::new();
+    let clock = VirtualClock::new();
+    let nics: Vec<Nic82599> = (0..2)
+        .map(|n| {
+            let nic = Nic82599::new(
+                ModelConfig {
+                    mac: sim_mac(n),
+                    ..ModelConfig::default()
+                },
+                dma.clone(),
+            );
+            nic.attach_clock(&clock);
+            nic
+        })
+        .collect();
+    let c: Arc<dyn Clock> = clock.clone();
+    let mut devs = Vec::new();
+    for nic in &nics {
+        devs.push(Device::init(
+            &nic.pci(),
+            dma.clone(),
+            c.clone(),
+            DeviceConfig::default(),
+        )?);
+    }
+    nics[1].wire().attach_sink();
+    let d1 = devs.pop().context("two devices")?;
+    let d0 = devs.pop().context("two devices")?;
+    Ok(LockstepPair {
+        nics: [nics[0].clone(), nics[1].clone()],
+        devs: [d0, d1],
+        dma,
+    })
+}
+
+/// Two lock-step 82599 models, their initialized devices, and the DMA
+/// memory they share.
+struct LockstepPair {
+    nics: [Nic82599; 2],
+    devs: [Device<SimBar>; 2],
+    dma: Arc<SimDma>,
+}
+
+/// The lock-step run measured under callgrind: `packets` frames through
+/// one direction. Returns the packets forwarded.
+pub fn lockstep(model: Model, nf: Nf, packets: u64) -> Result<u64> {
+    let LockstepPair {
+        nics: [nic0, nic1],
+        devs: [d0, d1],
+        dma,
+    } = lockstep_pair()?;
+    let table = MacTable::new();
+    let mut gen = TrafficGen::udp_flows(sim_mac(0), 256, 60);
+    let wire = nic0.wire();
+    let mut forwarded = 0u64;
+    let mut agent;
+    let mut ports;
+    let mut batch = Batch::new();
+    match model {
+        Model::AgentAdapter => bail!("bench drivers measures agents and queues"),
+        Model::Agent => {
+            agent = Some(Agent::new(&d0, 0, &[(&d1, 0)], &AgentConfig::default())?);
+            ports = None;
+        }
+        Model::Queue => {
+            agent = None;
+            ports = Some((
+                IxgbePort::new("sim:0", d0.clone(), &*dma)?,
+                IxgbePort::new("sim:1", d1.clone(), &*dma)?,
+            ));
+        }
+    }
+    let mut idle_rounds = 0;
+    while forwarded < packets && idle_rounds < 1000 {
+        let want = (packets - forwarded).min(128) as usize;
+        if wire.rx_pending() < 256 {
+            gen.inject(&wire, want);
+        }
+        nic0.step();
+        let n = match (&mut agent, &mut ports) {
+            (Some(a), _) => with_nf!(nf, &table, |f| driver_round_agent(a, f)),
+            (_, Some((rx, tx))) => {
+                with_nf!(nf, &table, |f| driver_round_queue(rx, tx, &mut batch, f))
+            }
+            _ => 0,
+        };
+        nic1.step();
+        forwarded += n as u64;
+        idle_rounds = if n == 0 { idle_rounds + 1 } else { 0 };
+    }
+    Ok(forwarded)
+}
+
+/// Instructions per packet of the driver rounds, from callgrind.
+pub fn instructions_per_packet(model: Model, nf: Nf, packets: u64) -> Result<Option<f64>> {
+    let packets = packets.to_string();
+    crate::callgrind::per_packet(
+        "driver_round_",
+        &[
+            "bench-lockstep",
+            "--model",
+            model.name(),
+            "--nf",
+            nf_arg(nf),
+            "--packets",
+            &packets,
+        ],
+    )
+}
+
+fn nf_arg(nf: Nf) -> &'static str {
+    match nf {
+        Nf::Noop => "noop",
+        Nf::MacWrite => "mac-write",
+        Nf::MacLookup => "mac-lookup",
+    }
+}
+
+/// The whole table.
+pub fn drivers(seconds: f64, packets: u64) -> Result<()> {
+    let have_valgrind = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if cfg!(debug_assertions) {
+        println!("note: a debug build; run `cargo build --release && target/release/nfkit bench drivers` for meaningful figures");
+    }
+    println!(
+        "{:<7} {:<11} {:>14} {:>16}",
+        "model", "function", "Mpps per core", "instr./packet"
+    );
+    for model in Model::CHOICES {
+        for nf in Nf::ALL {
+            let rate = mpps(model, nf, seconds)?;
+            let ipp = if have_valgrind {
+                instructions_per_packet(model, nf, packets)?
+            } else {
+                None
+            };
+            println!(
+                "{:<7} {:<11} {:>14.2} {:>16}",
+                model.name(),
+                nf.name(),
+                rate,
+                ipp.map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "no valgrind".into())
+            );
+        }
+    }
+    println!(
+        "targets (TinyNF Table 4): agent no-op <= 35 instructions/packet, queue (batched DPDK) <= 99"
+    );
+    Ok(())
+}

@@ -1,0 +1,21 @@
+//! # nfkit-bench: the benchmarks, apart from the product
+//!
+//! Every `nfkit bench X` case lives here and runs as the binary
+//! `nfkit-bench X` (`nfkit bench` starts it when it is installed beside
+//! `nfkit`, as `cargo build --release` leaves it):
+//!
+//! - [`drivers`]: agent vs queue model on TinyNF's functions, Mpps and
+//!   instructions per packet under callgrind ([`callgrind`] runs the
+//!   hidden lock-step entry points of this binary under valgrind);
+//! - [`nfs`]: every NF on both models over simulated 82599s;
+//! - [`ports`], [`vhost`], [`pipeline`]: nfkit against dpdk-testpmd on
+//!   the same wiring ([`testpmd`] is the harness).
+#![forbid(unsafe_code)]
+
+pub mod callgrind;
+pub mod drivers;
+pub mod nfs;
+pub mod pipeline;
+pub mod ports;
+pub mod testpmd;
+pub mod vhost;

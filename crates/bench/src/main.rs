@@ -1,0 +1,154 @@
+//! `nfkit-bench`: the benchmarks of `nfkit bench` (which starts this
+//! binary), and the lock-step entry points callgrind measures.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use nfkit_port::Model;
+
+#[derive(Parser)]
+#[command(
+    name = "nfkit-bench",
+    version,
+    about = "nfkit's benchmarks (also run as `nfkit bench ...`)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Every NF on both driver models over simulated 82599s with 60,000
+    /// flows: Mpps per core and instructions per packet (callgrind).
+    Nfs {
+        /// Seconds per free-running measurement.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// Packets per callgrind run.
+        #[arg(long, default_value_t = 20_000)]
+        packets: u64,
+        /// Only these NFs (default: all).
+        #[arg(long = "nf")]
+        nfs: Vec<String>,
+    },
+    /// Agent vs queue model: Mpps per core against the free-running model
+    /// and instructions per packet under callgrind, for TinyNF's no-op,
+    /// MAC write and MAC lookup.
+    Drivers {
+        /// Seconds per free-running measurement.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Packets per callgrind run.
+        #[arg(long, default_value_t = 20_000)]
+        packets: u64,
+    },
+    /// The vhost-user path: nfkit's virtio-user against DPDK's net_vhost
+    /// and DPDK's virtio_user against nfkit's vhost-user backend, beside
+    /// DPDK's own pair (issue #7). Needs root and dpdk-testpmd.
+    Vhost {
+        /// Measured seconds per pairing (after 2 s of warm-up).
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Frames in flight (sent by the frontend at start).
+        #[arg(long, default_value_t = 32)]
+        burst: usize,
+    },
+    /// nfkit's AF_XDP, AF_PACKET and null ports against DPDK's PMDs
+    /// (dpdk-testpmd io forwarding) on the same veth pair, same traffic,
+    /// same core (issue #4). Needs root and dpdk-testpmd.
+    Ports {
+        /// Measured seconds per side and case (after 1 s of warm-up).
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Frames sent out of each veth end at start (testpmd --burst,
+        /// which takes 1 to 512).
+        #[arg(long, default_value_t = 32, value_parser = parse_burst)]
+        burst: usize,
+        /// Only these cases (default: af-xdp, af-packet and null, the
+        /// ones with targets; af-packet-v3 is on request).
+        #[arg(long = "case", value_enum)]
+        cases: Vec<nfkit_bench::ports::Case>,
+    },
+    /// Cycles per packet and Mpps of the SoftNIC pipeline (Source -> Sink,
+    /// PortInc -> PortOut over null ports) beside dpdk-testpmd io
+    /// forwarding over net_null (issue #5). Needs root for DPDK.
+    Pipeline {
+        /// Measured seconds per case (after 1 s of warm-up).
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
+    /// (internal) the lock-step run measured under callgrind.
+    #[command(hide = true)]
+    BenchLockstep {
+        #[arg(long, value_parser = parse_model)]
+        model: Model,
+        #[arg(long, value_enum)]
+        nf: nfkit_bench::drivers::Nf,
+        #[arg(long)]
+        packets: u64,
+    },
+    /// (internal) the lock-step NF run measured under callgrind.
+    #[command(hide = true)]
+    BenchNfLockstep {
+        #[arg(long, value_parser = parse_model)]
+        model: Model,
+        #[arg(long)]
+        nf: String,
+        #[arg(long)]
+        packets: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Drivers { seconds, packets } => nfkit_bench::drivers::drivers(seconds, packets)?,
+        Cmd::Ports {
+            seconds,
+            burst,
+            cases,
+        } => nfkit_bench::ports::ports(&nfkit_bench::ports::PortsOptions {
+            cases: if cases.is_empty() {
+                nfkit_bench::ports::Case::ALL.to_vec()
+            } else {
+                cases
+            },
+            seconds,
+            burst,
+        })?,
+        Cmd::Vhost { seconds, burst } => {
+            nfkit_bench::vhost::vhost(&nfkit_bench::vhost::VhostOptions { seconds, burst })?;
+        }
+        Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
+        Cmd::Nfs {
+            seconds,
+            packets,
+            nfs,
+        } => nfkit_bench::nfs::nfs(seconds, packets, &nfs)?,
+        Cmd::BenchNfLockstep { model, nf, packets } => {
+            let n = nfkit_bench::nfs::lockstep(model, &nf, packets)?;
+            println!("forwarded {n}");
+        }
+        Cmd::BenchLockstep { model, nf, packets } => {
+            let n = nfkit_bench::drivers::lockstep(model, nf, packets)?;
+            println!("forwarded {n}");
+        }
+    }
+    Ok(())
+}
+
+fn parse_model(s: &str) -> Result<Model, String> {
+    s.parse()
+}
+
+/// `--burst` of `bench ports`: testpmd refuses bursts outside 1..=512.
+fn parse_burst(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=512).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} frames: testpmd takes bursts of 1 to 512")),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,228 @@
+//! The 82599 as a queue-model [`Port`], and the [`opener`] that makes
+//! one from a spec: `pci:ADDR` (a real device) or `sim:N` (a simulated
+//! one, made by a [`SimSource`] such as `nfkit-lab`'s `SimLab`). Each port
+//! queue is one hardware RX/TX queue pair over a pool shared by the
+//! port's queues.
+
+use crate::{Device, DeviceConfig, InitError, RxQueue, TxQueue, MIN_RX_DATA_ROOM};
+use nfkit_hw::pool::{Mempool, DEFAULT_BUF_SIZE};
+use nfkit_hw::{Bar, Batch, Clock, DmaAllocator, PciAddress, PciFunction, SystemClock};
+use nfkit_port::{LinkStatus, OpenOptions, Opener, Port, PortError, PortSpec, QueueStats};
+use std::sync::Arc;
+
+/// Ring slots per queue.
+pub const RING_SIZE: usize = 512;
+/// Pool entry size: the data room must hold [`MIN_RX_DATA_ROOM`].
+pub const BUF_SIZE: usize = 2 * DEFAULT_BUF_SIZE;
+const _: () = assert!(BUF_SIZE - nfkit_hw::pool::HEADROOM >= MIN_RX_DATA_ROOM);
+
+/// The queues of one 82599 as a [`Port`].
+pub struct IxgbePort<B: Bar + 'static> {
+    name: String,
+    dev: Device<B>,
+    rx: Vec<RxQueue<B>>,
+    tx: Vec<TxQueue<B>>,
+    pool: Mempool,
+}
+
+impl<B: Bar + 'static> IxgbePort<B> {
+    /// Open every queue the device was initialized with, with a pool of
+    /// enough buffers to fill all rings twice over.
+    pub fn new(
+        name: &str,
+        dev: Device<B>,
+        dma: &dyn DmaAllocator,
+    ) -> Result<IxgbePort<B>, InitError> {
+        let (nrx, ntx) = (dev.config().rx_queues, dev.config().tx_queues);
+        let buffers = ((nrx + ntx) * RING_SIZE * 2).max(4096);
+        let pool = Mempool::new(dma, name, buffers, BUF_SIZE)
+            .map_err(|e| InitError::Config(format!("pool for {name}: {e}")))?;
+        let rx = (0..nrx)
+            .map(|q| dev.rx_queue(q, &pool, RING_SIZE))
+            .collect::<Result<_, _>>()?;
+        let tx = (0..ntx)
+            .map(|q| dev.tx_queue(q, &pool, RING_SIZE))
+            .collect::<Result<_, _>>()?;
+        Ok(IxgbePort {
+            name: name.to_string(),
+            dev,
+            rx,
+            tx,
+            pool,
+        })
+    }
+
+    pub fn device(&self) -> &Device<B> {
+        &self.dev
+    }
+}
+
+impl<B: Bar + 'static> Port for IxgbePort<B> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn rx_queues(&self) -> usize {
+        self.rx.len()
+    }
+    fn tx_queues(&self) -> usize {
+        self.tx.len()
+    }
+    fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        match self.rx.get_mut(queue) {
+            Some(q) => q.rx_batch(batch),
+            None => 0,
+        }
+    }
+    fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
+        match self.tx.get_mut(queue) {
+            Some(q) => q.tx_batch(batch),
+            None => 0,
+        }
+    }
+    fn queue_stats(&self, queue: usize) -> QueueStats {
+        let mut s = QueueStats::default();
+        if let Some(q) = self.rx.get(queue) {
+            let c = q.counters();
+            s.rx_packets = c.packets;
+            s.rx_bytes = c.bytes;
+            s.rx_errors = c.errors;
+        }
+        if let Some(q) = self.tx.get(queue) {
+            let c = q.counters();
+            s.tx_packets = c.packets;
+            s.tx_bytes = c.bytes;
+            s.tx_errors = c.errors;
+        }
+        if queue == 0 {
+            // Device-wide drops (no descriptor, packet buffer full) are
+            // only counted per device: reported on queue 0.
+            s.rx_dropped = self.dev.stats().rx_dropped();
+        }
+        s
+    }
+    fn link(&self) -> LinkStatus {
+        let l = self.dev.link();
+        LinkStatus {
+            up: l.up,
+            speed_mbps: l.speed_mbps,
+        }
+    }
+    fn mac(&self) -> [u8; 6] {
+        self.dev.mac()
+    }
+    fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+}
+
+/// Initialize the 82599 behind `pci` with `queues` receive and transmit
+/// queues, on the system clock.
+pub fn init_device<P: PciFunction>(
+    pci: &P,
+    dma: Arc<dyn DmaAllocator>,
+    queues: usize,
+) -> Result<Device<P::Bar>, InitError>
+where
+    P::Bar: 'static,
+{
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
+    let config = DeviceConfig {
+        rx_queues: queues,
+        tx_queues: queues,
+        ..DeviceConfig::default()
+    };
+    Device::init(pci, dma, clock, config)
+}
+
+/// Where `sim:N` devices come from: something above this driver that
+/// owns the device models (`nfkit-lab`). The driver only initializes
+/// what it is given, as it does for a real device.
+pub trait SimSource: Send + Sync {
+    /// The simulated PCI function.
+    type Pci: PciFunction;
+    /// Make simulated device `n` (its model running, its wire connected)
+    /// and return its PCI function and the memory its DMA reaches.
+    fn create(&self, n: usize) -> Result<(Self::Pci, Arc<dyn DmaAllocator>), PortError>;
+}
+
+fn init_err(name: &str) -> impl Fn(InitError) -> PortError + '_ {
+    move |e| PortError::config(name, format!("initializing {name}: {e}"))
+}
+
+/// Simulated device `n` of `sim`, initialized, as a port.
+pub fn open_sim<S: SimSource>(
+    sim: &S,
+    n: usize,
+    name: &str,
+    queues: usize,
+) -> Result<Box<dyn Port>, PortError>
+where
+    <S::Pci as PciFunction>::Bar: 'static,
+{
+    let (pci, dma) = sim.create(n)?;
+    let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
+    Ok(Box::new(
+        IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?,
+    ))
+}
+
+/// Open a real 82599 at `addr`: VFIO when the device is bound to
+/// vfio-pci, else sysfs/uio with hugepage memory.
+pub fn open_pci(addr: PciAddress, name: &str, queues: usize) -> Result<Box<dyn Port>, PortError> {
+    let hw = |e: nfkit_hw::HwError| PortError::Hw {
+        port: name.to_string(),
+        source: e,
+    };
+    let sysfs_driver = std::fs::read_link(format!("/sys/bus/pci/devices/{addr}/driver"))
+        .ok()
+        .and_then(|l| l.file_name().map(|n| n.to_string_lossy().to_string()));
+    if sysfs_driver.as_deref() == Some("vfio-pci") {
+        let container = nfkit_hw::vfio::VfioContainer::open().map_err(hw)?;
+        let pci = container.device(addr).map_err(hw)?;
+        let dma: Arc<dyn DmaAllocator> = Arc::new(container);
+        let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
+        return Ok(Box::new(
+            IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?,
+        ));
+    }
+    let pci = nfkit_hw::linux::LinuxPci::open(addr).map_err(hw)?;
+    pci.unbind_driver().map_err(hw)?;
+    let dma: Arc<dyn DmaAllocator> = Arc::new(nfkit_hw::linux::HugepageDma::new().map_err(hw)?);
+    let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
+    Ok(Box::new(
+        IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?,
+    ))
+}
+
+/// The opener of 82599 ports: `pci:ADDR` (any PCI device a registry asks
+/// about: add VirtIO's opener after this one so that it is asked first)
+/// and `sim:N` from `sim`, each with `queues` queue pairs.
+pub fn opener<S: SimSource + 'static>(queues: usize, sim: Arc<S>) -> impl Opener
+where
+    <S::Pci as PciFunction>::Bar: 'static,
+{
+    move |spec: &PortSpec, _opts: &OpenOptions| {
+        let name = spec.to_string();
+        match spec {
+            PortSpec::Sim(n) => Some(open_sim(&*sim, *n, &name, queues)),
+            PortSpec::Pci(addr) => Some(open_pci(*addr, &name, queues)),
+            _ => None,
+        }
+    }
+}
+
+impl crate::DeviceStats {
+    /// The device-wide counters as a port's: misses and descriptor
+    /// shortages are receive drops, CRC and length errors receive errors.
+    pub fn as_port_stats(&self) -> QueueStats {
+        QueueStats {
+            rx_packets: self.rx_packets,
+            rx_bytes: self.rx_bytes,
+            rx_dropped: self.rx_missed + self.rx_no_descriptor,
+            rx_errors: self.rx_crc_errors + self.rx_length_errors,
+            tx_packets: self.tx_packets,
+            tx_bytes: self.tx_bytes,
+            ..QueueStats::default()
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! `nfkit nf NAME --lan SPEC --wan SPEC [--model agent|queue]
+//! [--seconds N] [--table] [NF options...]`: one network function of
+//! `nfkit-nf` between ports, printing per-second lines like `nfkit fwd`
+//! and the NF's counters; the caller prints the [`NfSummary`] (the NF's
+//! counters, every packet forwarded or counted as dropped, and its
+//! table: bridge MACs, LB backends, NAT mappings).
+//!
+//! - Port `k` of the NF is the `k`-th port given: `--lan` is 0, `--wan`
+//!   is 1, then each `--port SPEC` (the bridge takes 2 to 64 of them).
+//! - Ports open through the one registry ([`crate::registry`]), and the
+//!   NF runs in its driver model with [`with_ports`]: `queue` (default)
+//!   the queue-model loop, `agent` the agent handlers through the adapter.
+//! - When every port is `sim:N`, the ports are simulated 82599s
+//!   ([`SimNics`]) and the NF runs with [`with_form`]: `--model agent`
+//!   runs the handlers on `nfkit_ixgbe::Agent`s, `--model queue` the loop
+//!   on 82599 queues, and the NF's workload (60,000 flows,
+//!   [`nfkit_nf::workload`]) feeds its input port; without NF options the
+//!   workload's options are used.
+//!
+//! The clock is read once per round of batches.
+
+use crate::forms::{with_form, with_ports, Rounds, SimNics};
+use crate::{registry, stop_flag, SimLab, SimWire};
+use anyhow::{bail, Context, Result};
+use nfkit_ixgbe_model::TrafficGen;
+use nfkit_nf::workload::{workload, FLOWS};
+use nfkit_nf::{build_for_ports, NetworkFunction, NfStats};
+use nfkit_port::rate::RateLines;
+use nfkit_port::{Model, OpenOptions, Port, PortSpec, QueueStats};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What `nfkit nf` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfArgs {
+    pub name: String,
+    /// Port specs in NF port order.
+    pub ports: Vec<String>,
+    pub model: Model,
+    pub seconds: Option<u64>,
+    pub table_every_second: bool,
+    /// Everything else, for the NF.
+    pub nf_options: Vec<String>,
+}
+
+/// The NF's counters on one line.
+pub fn nf_line(name: &str, s: &NfStats) -> String {
+    let mut line = format!(
+        "[NF: {name}] in {}, forwarded {} (flooded {}, icmp errors {}), dropped {}",
+        s.packets_in,
+        s.forwarded,
+        s.flooded,
+        s.icmp_generated,
+        s.dropped_total()
+    );
+    let drops: Vec<String> = s
+        .drops()
+        .map(|(r, n)| format!("{} {n}", r.name()))
+        .collect();
+    if !drops.is_empty() {
+        line.push_str(&format!(" ({})", drops.join(", ")));
+    }
+    line.push_str(&format!(
+        ", flows created {}, expired {}",
+        s.flows_created, s.flows_expired
+    ));
+    line
+}
+
+/// What a run ends with.
+#[derive(Debug, Clone)]
+pub struct NfSummary {
+    pub stats: NfStats,
+    pub ports: Vec<QueueStats>,
+    /// Per port: packets the NF sent there, and those the port refused.
+    pub sent: Vec<u64>,
+    pub send_dropped: Vec<u64>,
+    pub table: Vec<String>,
+}
+
+impl NfSummary {
+    /// The NF's books: every packet in was forwarded or dropped.
+    pub fn check(&self) -> Result<()> {
+        let s = &self.stats;
+        if s.packets_in != s.forwarded + s.dropped_total() {
+            bail!("the NF's counters do not add up: {s:?}");
+        }
+        Ok(())
+    }
+}
+
+/// Table entries printed in the summary and each second.
+pub const TABLE_LINES: usize = 64;
+
+/// Rounds between checks of the clock for lines, the stop flag and port
+/// errors.
+const CHECK_EVERY: u32 = 256;
+
+/// Run the NF until `args.seconds` pass, Ctrl-C, or every source is done.
+pub fn run(args: &NfArgs) -> Result<NfSummary> {
+    let specs: Vec<PortSpec> = args
+        .ports
+        .iter()
+        .map(|s| s.parse().with_context(|| format!("port `{s}`")))
+        .collect::<Result<_>>()?;
+    let sim = all_sim(&specs);
+    let options = match sim {
+        true if args.nf_options.is_empty() => workload(&args.name, FLOWS)?.options,
+        _ => args.nf_options.clone(),
+    };
+    let mut nf = build_for_ports(&args.name, &options, specs.len())
+        .with_context(|| format!("nf {}", args.name))?;
+    let count = nf.port_count();
+    if count != specs.len() {
+        bail!(
+            "nf {} has {count} ports, {} were given (--lan, --wan, --port)",
+            args.name,
+            specs.len()
+        );
+    }
+    let (ports, sent, send_dropped) = if sim {
+        run_sim(args, &mut *nf)?
+    } else {
+        run_ports(args, &specs, &mut *nf)?
+    };
+    Ok(NfSummary {
+        stats: nf.stats().clone(),
+        ports,
+        sent,
+        send_dropped,
+        table: nf.table(),
+    })
+}
+
+/// Counters of a run: per port, the port's own, packets sent there, and
+/// packets the port refused.
+type PortCounts = (Vec<QueueStats>, Vec<u64>, Vec<u64>);
+
+/// Whether every port is a distinct `sim:N`.
+fn all_sim(specs: &[PortSpec]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    specs
+        .iter()
+        .all(|s| matches!(s, PortSpec::Sim(n) if seen.insert(*n)))
+}
+
+/// Run rounds until `stop`, or until `check` (called every
+/// [`CHECK_EVERY`] rounds, after the per-second lines when due) says the
+/// run is over.
+fn drive(
+    r: &mut Rounds<'_>,
+    args: &NfArgs,
+    stop: &AtomicBool,
+    lines: &mut RateLines,
+    port_stats: &dyn Fn() -> Vec<QueueStats>,
+    mut check: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let start = Instant::now();
+    let mut rounds = 0u32;
+    loop {
+        (r.round)(start.elapsed());
+        rounds += 1;
+        if rounds < CHECK_EVERY {
+            continue;
+        }
+        rounds = 0;
+        if lines.due() {
+            lines.print(port_stats());
+            println!("{}", nf_line(&args.name, &(r.stats)()));
+            if args.table_every_second {
+                let t = (r.table)();
+                let shown = &t[..t.len().min(TABLE_LINES)];
+                println!("table ({} entries): {}", t.len(), shown.join("; "));
+            }
+        }
+        if check()? || stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+    }
+}
+
+/// The NF between ports opened through the registry.
+fn run_ports(
+    args: &NfArgs,
+    specs: &[PortSpec],
+    nf: &mut dyn NetworkFunction,
+) -> Result<PortCounts> {
+    let lab = SimLab::new(
+        SimWire::Load {
+            frame_len: 60,
+            flows: 1024,
+        },
+        1,
+    );
+    let reg = registry(lab.clone(), 1);
+    let mut owned: Vec<Box<dyn Port>> = specs
+        .iter()
+        .map(|s| reg.open(s, &OpenOptions::default()))
+        .collect::<Result<_, _>>()?;
+    let ports: RefCell<Vec<&mut dyn Port>> =
+        RefCell::new(owned.iter_mut().map(|p| &mut **p as _).collect());
+    let stop = stop_flag(args.seconds);
+    lab.start_load();
+    let port_stats = || -> Vec<QueueStats> { ports.borrow().iter().map(|p| p.stats()).collect() };
+    let names = ports
+        .borrow()
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    let mut lines = RateLines::new(names, port_stats());
+    let counts = with_ports(args.model, &ports, nf, |mut r| -> Result<_> {
+        drive(&mut r, args, &stop, &mut lines, &port_stats, || {
+            let mut ports = ports.borrow_mut();
+            for p in ports.iter_mut() {
+                if let Some(e) = p.take_error() {
+                    return Err(e.into());
+                }
+            }
+            Ok(ports.iter().all(|p| p.rx_done()))
+        })?;
+        Ok(((r.sent)(), (r.refused)()))
+    });
+    lab.stop_load();
+    let (sent, refused) = counts?;
+    let mut ports = ports.into_inner();
+    for p in ports.iter_mut() {
+        p.flush()?;
+    }
+    Ok((ports.iter().map(|p| p.stats()).collect(), sent, refused))
+}
+
+/// The NF on simulated 82599s with its workload feeding its input port.
+fn run_sim(args: &NfArgs, nf: &mut dyn NetworkFunction) -> Result<PortCounts> {
+    let n = args.ports.len();
+    let nics = SimNics::free_running(n)?;
+    let w = workload(&args.name, FLOWS)?;
+    for nic in &nics.nics {
+        nic.wire().attach_sink();
+    }
+    let pump_stop = Arc::new(AtomicBool::new(false));
+    let pump = {
+        let wire = nics.nics[w.input.min(n - 1)].wire();
+        let mut gen = TrafficGen::from_frames(w.frames);
+        let stop = pump_stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if wire.rx_pending() < 256 {
+                    gen.inject(&wire, 64);
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let stop = stop_flag(args.seconds);
+    let device_stats = || -> Vec<QueueStats> {
+        nics.devs
+            .iter()
+            .map(|d| d.stats().as_port_stats())
+            .collect()
+    };
+    let mut lines = RateLines::new(args.ports.clone(), device_stats());
+    let refused = with_form(args.model, &nics, nf, |mut r| -> Result<_> {
+        drive(&mut r, args, &stop, &mut lines, &device_stats, || Ok(false))?;
+        Ok((r.refused)())
+    });
+    pump_stop.store(true, Ordering::Relaxed);
+    let _ = pump.join();
+    let refused = refused??;
+    let ports = device_stats();
+    let sent = ports.iter().map(|p| p.tx_packets).collect();
+    Ok((ports, sent, refused))
+}
