@@ -3,13 +3,15 @@
 //! - `cargo xtask test`: install what the tests need (Debian packages, only
 //!   when root and missing), then run every check and test: fmt, clippy,
 //!   the workspace tests (they replay the fuzz regression inputs on
-//!   stable), the pool under loom (`verify.rs`), the long release-mode
-//!   tests, the QEMU guest tests, and every fuzz target briefly (nightly;
-//!   4 minutes in all, build included).
+//!   stable), the pool under loom and the agent protocol's model check
+//!   (`verify.rs`), the long release-mode tests, the QEMU guest tests,
+//!   every fuzz target briefly (nightly; 4 minutes in all, build
+//!   included), and a 60-second soak.
 //! - `cargo xtask deps`: only the installation step.
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS each (`fuzz.rs`).
+//! - `cargo xtask soak [--seconds N]`: the soak (`crates/soak`; `test` runs 60 s).
 
 mod fuzz;
 mod guest;
@@ -77,6 +79,7 @@ fn main() -> Result<()> {
         Some("deps") => install_deps(),
         Some("guest") => guest::main(&args[1..]),
         Some("fuzz") => fuzz::main(&args[1..]),
+        Some("soak") => soak(&args[1..]),
         Some("bench") => bench(&args[1..]),
         _ => {
             eprintln!(
@@ -201,6 +204,7 @@ fn test(args: &[String]) -> Result<()> {
             .args(["test", "--workspace"]),
     )?;
     verify::loom()?;
+    verify::model_check()?;
     if !quick {
         // Long runs: 10 million packets through each driver model against
         // the free-running 82599 model, in an optimised build.
@@ -221,9 +225,20 @@ fn test(args: &[String]) -> Result<()> {
         guest::run_guest_tests()?;
         // Every fuzz target briefly (nightly), 4 minutes in all with the build.
         fuzz::ci(std::time::Duration::from_secs(240))?;
+        soak(&["--seconds".into(), "60".into()])?;
     }
     eprintln!("all tests passed in {:.1?}", started.elapsed());
     Ok(())
+}
+
+/// `cargo xtask soak [--seconds N] [--check N]`: every workload of
+/// `crates/soak` at full rate for N seconds (default 60), checked every
+/// few seconds (packets, buffers, wrapped counters, resident memory).
+fn soak(args: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--release", "-p", "nfkit-soak", "--"])
+        .args(args);
+    run("soak", &mut cmd)
 }
 
 fn bench(args: &[String]) -> Result<()> {

@@ -235,4 +235,18 @@ impl Nic82599 {
     pub fn peek(&self, offset: usize) -> u32 {
         self.dev.regs.get(offset)
     }
+
+    /// Set a statistics register (§8.2.3.23) to `value`, as if it had
+    /// counted that far: soak tests preset the 32-bit counters near 2^32
+    /// to check that their wrap adds up. Returns false (and changes
+    /// nothing) for an offset that is not a statistics register.
+    pub fn preset_stat(&self, offset: usize, value: u32) -> bool {
+        match self.dev.regs.slot(offset) {
+            Some(s) if s.def.id == regs::Id::Stat => {
+                self.dev.regs.set(offset, value);
+                true
+            }
+            _ => false,
+        }
+    }
 }

@@ -76,6 +76,7 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+pub mod agent_protocol;
 mod desc;
 mod device;
 mod error;
