@@ -129,7 +129,7 @@ pub fn nfs(seconds: f64, packets: u64, only: &[String]) -> Result<()> {
         .is_ok_and(|o| o.status.success());
     if cfg!(debug_assertions) {
         println!(
-            "note: a debug build; run `cargo run --release -- bench nfs` for meaningful figures"
+            "note: a debug build; run `cargo build --release` and target/release/nfkit bench nfs for meaningful figures"
         );
     }
     println!("{FLOWS} flows per NF, 60-byte frames, one direction");
