@@ -112,10 +112,7 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    nfkit_lab::init_tracing();
     let cli = Cli::parse();
     let force = cli.force;
     match cli.cmd {
