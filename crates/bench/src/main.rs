@@ -100,10 +100,7 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    nfkit_lab::init_tracing();
     match Cli::parse().cmd {
         Cmd::Drivers { seconds, packets } => nfkit_bench::drivers::drivers(seconds, packets)?,
         Cmd::Ports {

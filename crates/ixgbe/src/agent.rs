@@ -37,7 +37,8 @@
 //!   ([`Agent::stats`]): only the rare events (errors, null descriptors)
 //!   are counted as they happen.
 
-use crate::desc::{self, legacy_rx, legacy_tx, DescRing};
+use crate::agent_protocol::{self as protocol, BatchEnd};
+use crate::desc::{self, legacy_tx, DescRing};
 use crate::device::{Device, QueueClaim};
 use crate::error::InitError;
 use crate::queue_setup::{self, RxDescType, TxThresholds};
@@ -46,32 +47,14 @@ use nfkit_hw::dma::DmaSlots;
 use nfkit_hw::{Bar, DmaRegion};
 use std::sync::Arc;
 
-/// Bytes per buffer; one whole frame (≤ 1522 bytes) fits, and it is a
-/// whole number of KiB as SRRCTL.BSIZEPACKET needs (§8.2.3.8.7).
-pub const BUFFER_SIZE: usize = 2048;
 /// Most outputs an agent may have.
 pub const MAX_OUTPUTS: usize = 16;
-/// Transmit tails are written every this many packets (and when idle).
-pub const FLUSH_PERIOD: usize = 8;
-/// Every this many descriptors one requests status (RS): the device then
-/// writes the transmit head back, and the receive tail is recomputed.
-pub const RECYCLE_PERIOD: usize = 64;
-// Flush points are ring positions, and every recycle point is one.
-const _: () =
-    assert!(FLUSH_PERIOD.is_power_of_two() && RECYCLE_PERIOD.is_multiple_of(FLUSH_PERIOD));
+pub use crate::agent_protocol::{
+    slowest_head, AgentStats, BUFFER_SIZE, FLUSH_PERIOD, RECYCLE_PERIOD,
+};
+
 /// Bytes between two written-back heads: one cache line each.
 const HEAD_STRIDE: usize = 64;
-
-/// Receive status bits checked for every packet: DD, EOP, the frame
-/// errors (§7.1.5.1) and the length bits of 2 KiB and more. Jumbo frames
-/// are off, so no good frame comes near 2 KiB; a length that fills the
-/// buffer or more is the device misbehaving.
-const RX_CHECKED: u64 = legacy_rx::DD
-    | legacy_rx::EOP
-    | legacy_rx::FRAME_ERRORS
-    | (legacy_rx::LENGTH_MASK & !(BUFFER_SIZE as u64 - 1));
-/// ...of which a whole good frame has exactly these set.
-const RX_GOOD: u64 = legacy_rx::DD | legacy_rx::EOP;
 
 /// Agent settings.
 #[derive(Debug, Clone)]
@@ -86,36 +69,10 @@ impl Default for AgentConfig {
     }
 }
 
-/// What an agent does with each packet.
-pub trait PacketHandler {
-    /// `buffer` is the whole packet buffer ([`BUFFER_SIZE`] bytes); its
-    /// first `len` bytes are the received frame, to be read or rewritten
-    /// in place. Set `out_lens[k]` to the number of bytes of `buffer` to
-    /// send on output `k`; it is 0 (not sent there) on entry.
-    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]);
-}
-
-impl<F: FnMut(&mut [u8], usize, &mut [u16])> PacketHandler for F {
-    #[inline(always)]
-    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]) {
-        self(buffer, len, out_lens)
-    }
-}
-
-/// Agent counters.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct AgentStats {
-    /// Packets handed to the handler.
-    pub rx_packets: u64,
-    /// Packets the device flagged with a frame error (or a length that
-    /// fills the buffer): never handed to the handler, sent nowhere.
-    pub rx_errors: u64,
-    /// Lengths the handler returned that exceed [`BUFFER_SIZE`]: that
-    /// output got a null descriptor instead.
-    pub invalid_lengths: u64,
-    /// Packets queued for transmission, per output.
-    pub tx_packets: Vec<u64>,
-}
+/// What an agent does with each packet: the one handler shape of the
+/// agent model, shared with `nfkit_port::agent::AgentAdapter` (the buffer
+/// here is [`BUFFER_SIZE`] bytes).
+pub use nfkit_port::agent::PacketHandler;
 
 struct Output<B> {
     claim: QueueClaim<B>,
@@ -229,7 +186,7 @@ impl<B: Bar + 'static> Agent<B> {
 
 fn check_config(size: usize, outputs: usize, page_size: usize) -> Result<(), InitError> {
     crate::desc::check_ring_size(size)?;
-    if size < 2 * RECYCLE_PERIOD {
+    if !protocol::periods_fit(size, FLUSH_PERIOD, RECYCLE_PERIOD) {
         return Err(InitError::Config(format!(
             "agent ring size {size} must be at least {}",
             2 * RECYCLE_PERIOD
@@ -341,10 +298,10 @@ impl<B: Bar> Agent<B> {
         let idle = loop {
             let desc = ring0.desc(i);
             let status = desc.read_q1();
-            if status & RX_CHECKED == RX_GOOD {
-                let len = (status & legacy_rx::LENGTH_MASK) as usize;
+            if protocol::rx_good(status) {
+                let len = protocol::rx_len(status);
                 handler.handle(buffers.slot_mut(i), len, &mut lens[..outputs]);
-            } else if status & legacy_rx::DD == 0 {
+            } else if protocol::rx_pending(status) {
                 break true;
             } else {
                 // Sent nowhere: every output gets a null descriptor.
@@ -354,27 +311,25 @@ impl<B: Bar> Agent<B> {
             // re-arms the receive descriptor (it goes back to the device
             // when the receive tail passes it).
             let counts = (&mut self.unsent[0], &mut self.invalid_lengths);
-            desc.write_q1(tx_command(std::mem::take(&mut lens[0]), counts));
+            desc.write_q1(protocol::tx_command(std::mem::take(&mut lens[0]), counts));
             if outputs > 1 {
                 for (k, ring) in self.rings[1..outputs].iter().enumerate() {
                     let output = k + 1;
                     let counts = (&mut self.unsent[output], &mut self.invalid_lengths);
-                    let command = tx_command(std::mem::take(&mut lens[output]), counts);
+                    let command = protocol::tx_command(std::mem::take(&mut lens[output]), counts);
                     ring.write_q1(i, command);
                 }
             }
             i = i.wrapping_add(1);
-            if i.is_multiple_of(FLUSH_PERIOD) {
+            if protocol::is_flush_point::<FLUSH_PERIOD>(i) {
                 break false;
             }
         };
         self.next = i & self.mask;
-        if idle {
-            self.on_idle();
-        } else if self.next.is_multiple_of(RECYCLE_PERIOD) {
-            self.end_recycle_group();
-        } else {
-            self.flush_tx_tails();
+        match protocol::batch_end::<RECYCLE_PERIOD>(idle, self.next) {
+            BatchEnd::Idle => self.on_idle(),
+            BatchEnd::Recycle => self.end_recycle_group(),
+            BatchEnd::Flush => self.flush_tx_tails(),
         }
         i.wrapping_sub(start)
     }
@@ -387,16 +342,14 @@ impl<B: Bar> Agent<B> {
     /// Counters so far, derived from the descriptors processed and the
     /// rare events counted.
     pub fn stats(&self) -> AgentStats {
-        let processed = self.laps * (self.mask as u64 + 1) + self.next as u64;
-        AgentStats {
-            rx_packets: processed - self.rx_errors,
-            rx_errors: self.rx_errors,
-            invalid_lengths: self.invalid_lengths,
-            tx_packets: self.unsent[..self.outputs.len()]
-                .iter()
-                .map(|unsent| processed - unsent)
-                .collect(),
-        }
+        AgentStats::derive(
+            self.laps,
+            self.next,
+            self.mask,
+            self.rx_errors,
+            self.invalid_lengths,
+            &self.unsent[..self.outputs.len()],
+        )
     }
 
     /// `next` is a recycle point: request status on the descriptor
@@ -404,7 +357,7 @@ impl<B: Bar> Agent<B> {
     #[cold]
     #[inline(never)]
     fn end_recycle_group(&mut self) {
-        self.request_status(self.next.wrapping_sub(1) & self.mask);
+        self.request_status(protocol::status_request_at(self.next, self.mask));
         self.flush_tx_tails();
         self.recycle();
         if self.next == 0 {
@@ -447,55 +400,12 @@ impl<B: Bar> Agent<B> {
     fn recycle(&mut self) {
         let heads = (0..self.outputs.len()).map(|k| self.heads.read_u32(k * HEAD_STRIDE) as usize);
         let slowest = slowest_head(self.next, heads, self.mask);
-        let tail = slowest.wrapping_sub(1) & self.mask;
+        let tail = protocol::rx_tail(slowest, self.mask);
         if tail != self.rx_tail {
             self.rx_tail = tail;
             self.input_bar.write32(self.rx_tail_offset, tail as u32);
         }
     }
-}
-
-/// The legacy transmit command (§7.2.3.2.2) for a length the handler
-/// returned: send `len` bytes, or a null descriptor (length 0, "transfer
-/// no data") counted in `unsent`, also for a length beyond the buffer,
-/// which `invalid` counts. One test on the common path, 1..=BUFFER_SIZE:
-/// `len - 1` has no bit at or above BUFFER_SIZE's (a power of two).
-#[inline(always)]
-fn tx_command(len: u16, (unsent, invalid): (&mut u64, &mut u64)) -> u64 {
-    const _: () = assert!(BUFFER_SIZE.is_power_of_two());
-    let mut len = u32::from(len);
-    if len.wrapping_sub(1) & !(BUFFER_SIZE as u32 - 1) != 0 {
-        *unsent += 1;
-        if len != 0 {
-            *invalid += 1;
-            len = 0;
-        }
-    }
-    u64::from(len) | legacy_tx::CMD_EOP | legacy_tx::CMD_IFCS
-}
-
-/// The transmit head, among `heads`, that is furthest behind `next` (the
-/// next descriptor the agent will process), in a ring of `mask + 1`
-/// descriptors. Buffers from an output's head up to `next` are still that
-/// output's; the output with the most of them is the slowest. With no
-/// outputs, nothing is in flight and `next` is returned.
-///
-/// The count in flight on one output is `(next - head) mod size`: at most
-/// `size - 1`, because the receive tail keeps one descriptor back, so
-/// `head == next` always means "drained", never "full". TinyNF's code
-/// instead minimises `head - next` as a 64-bit unsigned number; a drained
-/// output then scores 0 and wins, and the receive tail overtakes a
-/// lagging output's unsent buffers.
-#[inline(always)]
-pub fn slowest_head(next: usize, heads: impl Iterator<Item = usize>, mask: usize) -> usize {
-    let mut most_in_flight = 0;
-    for head in heads {
-        let in_flight = next.wrapping_sub(head) & mask;
-        if in_flight > most_in_flight {
-            most_in_flight = in_flight;
-        }
-    }
-    next.wrapping_sub(most_in_flight) & mask
 }
 
 impl<B: Bar> Drop for Agent<B> {
@@ -508,18 +418,27 @@ impl<B: Bar> Drop for Agent<B> {
     }
 }
 
-/// Run `agents` round robin on this thread, agent `i` with handler `i`,
-/// until `keep_running` returns false (checked between rounds). Extra
-/// agents or handlers without a partner are ignored.
+/// One round of `agents` on this thread: agent `i` once with handler
+/// `i`. Extra agents or handlers without a partner are ignored. Returns
+/// the packets handled.
+#[inline]
+pub fn round<B: Bar, H: PacketHandler>(agents: &mut [Agent<B>], handlers: &mut [H]) -> usize {
+    let mut n = 0;
+    for (agent, handler) in agents.iter_mut().zip(handlers.iter_mut()) {
+        n += agent.run_once(handler);
+    }
+    n
+}
+
+/// The agent model's run loop: [`round`] after round until
+/// `keep_running` returns false (checked between rounds).
 pub fn run<B: Bar, H: PacketHandler>(
     agents: &mut [Agent<B>],
     handlers: &mut [H],
     mut keep_running: impl FnMut() -> bool,
 ) {
     while keep_running() {
-        for (agent, handler) in agents.iter_mut().zip(handlers.iter_mut()) {
-            agent.run_once(handler);
-        }
+        round(agents, handlers);
     }
 }
 

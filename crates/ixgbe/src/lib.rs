@@ -76,6 +76,7 @@
 #![forbid(unsafe_code)]
 
 mod agent;
+pub mod agent_protocol;
 mod desc;
 mod device;
 mod error;
@@ -89,8 +90,8 @@ mod rss;
 mod wait;
 
 pub use agent::{
-    run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE, FLUSH_PERIOD,
-    MAX_OUTPUTS, RECYCLE_PERIOD,
+    round, run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE,
+    FLUSH_PERIOD, MAX_OUTPUTS, RECYCLE_PERIOD,
 };
 pub use device::{Device, DeviceConfig, DeviceStats, Link, QueueHwStats};
 pub use error::{InitError, Step};

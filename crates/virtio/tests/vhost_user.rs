@@ -196,3 +196,34 @@ fn specs_open_through_a_registry_with_the_opener() {
     // Specs this opener does not know pass on to the software backends.
     assert_eq!(reg.open_str("null:", &opts).unwrap().name(), "null:");
 }
+
+/// Frames the backend cannot hand to the frontend (here: none is
+/// connected) are drops in the forwarding totals and in the port's own
+/// TX-dropped counter, not "forwarded" (issue 14 item 12).
+#[test]
+fn frames_the_backend_refuses_are_its_tx_drops() {
+    use nfkit_port::fwd::{fwd, FwdOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut be = backend("refuse", 1);
+    let mut src = nfkit_port::open(
+        &"null:size=60".parse().unwrap(),
+        &nfkit_port::OpenOptions::default(),
+    )
+    .unwrap();
+    let stop = AtomicBool::new(false);
+    let opts = FwdOptions {
+        stats_interval: Duration::ZERO,
+        ..FwdOptions::default()
+    };
+    let r = fwd([&mut *src, &mut be], &opts, &stop, |r| {
+        if r.dirs[0].received > 2_000 {
+            stop.store(true, Ordering::Relaxed);
+        }
+    })
+    .unwrap();
+    let d = r.dirs[0];
+    assert_eq!(d.forwarded, 0, "{d:?}");
+    assert_eq!(d.dropped, d.received);
+    assert_eq!(be.stats().tx_dropped, d.dropped);
+    let _ = std::fs::remove_file(socket_path("refuse"));
+}

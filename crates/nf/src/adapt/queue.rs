@@ -162,11 +162,15 @@ impl Outputs {
         if self.out[o].is_empty() {
             return;
         }
+        let left = |b: &Batch| b.len() as u64;
         if let Some(port) = ports.get_mut(o) {
             let txq = q % port.tx_queues().max(1);
             self.stats.sent[o] += port.tx_batch(txq, &mut self.out[o]) as u64;
+            if !self.out[o].is_empty() {
+                port.tx_refused(txq, left(&self.out[o]));
+            }
         }
-        self.stats.dropped[o] += self.out[o].len() as u64;
+        self.stats.dropped[o] += left(&self.out[o]);
         self.out[o].clear();
     }
 }
