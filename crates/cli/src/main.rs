@@ -16,6 +16,10 @@ use nfkit_port::Model;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Take a pci: device even though the kernel is using it (one of its
+    /// interfaces is up, addressed or routed): that cuts its traffic off.
+    #[arg(long, global = true)]
+    force: bool,
 }
 
 #[derive(Subcommand)]
@@ -124,11 +128,10 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().cmd {
+    nfkit_lab::init_tracing();
+    let cli = Cli::parse();
+    let force = cli.force;
+    match cli.cmd {
         Cmd::Demo {
             seconds,
             model,
@@ -157,6 +160,7 @@ fn main() -> Result<()> {
             model,
             seconds,
             queues,
+            force,
         })?,
         Cmd::Pktgen {
             ports,
@@ -188,12 +192,14 @@ fn main() -> Result<()> {
                 count,
                 seconds,
                 rx,
+                force,
             })?;
             nfkit::print::pktgen_results(&results, rx);
         }
         Cmd::Nf { args } if nfkit::nf::wants_help(&args) => println!("{}", nfkit::nf::usage()),
         Cmd::Nf { args } => {
-            let args = nfkit::nf::parse_args(&args)?;
+            let mut args = nfkit::nf::parse_args(&args)?;
+            args.force |= force;
             let summary = nfkit_lab::nf::run(&args)?;
             nfkit::nf::print_summary(&args, &summary);
             summary.check()?;

@@ -296,3 +296,32 @@ fn packets_for_an_unconnected_gate_do_not_starve_the_connected_ones() {
     assert_eq!(s.module("sink").unwrap().consumed, 20 * 32, "{s}");
     assert_eq!(s.module("rep").unwrap().dropped, 20 * 32, "{s}");
 }
+
+/// Packets sent to an unconnected gate must not cost the worker one of
+/// its spare batches: after many such drops, a deep chain still carries
+/// every packet (it used to lose a spare per drop and then drop deep).
+#[test]
+fn unconnected_gates_do_not_starve_deep_walks() {
+    let src = "
+        src::Source(size=60, burst=8) -> rr::RoundRobin(gates=2, mode=batch)
+        rr:1 -> Bypass() -> Bypass() -> Bypass() -> Bypass() -> Bypass() -> Bypass() -> out::Sink()
+    ";
+    let mut p = nfkit_pipeline::parse(src, "t.nfk")
+        .unwrap()
+        .build(&|_| unreachable!())
+        .unwrap();
+    p.step(1000).unwrap();
+    let s = p.stats();
+    let made = s.module("src").unwrap().created;
+    assert_eq!(made, 8000);
+    assert_eq!(
+        s.module("out").unwrap().consumed,
+        4000,
+        "every batch of gate 1 went the whole way"
+    );
+    assert_eq!(
+        s.module("rr").unwrap().dropped,
+        4000,
+        "gate 0 is unconnected"
+    );
+}

@@ -17,11 +17,27 @@
 //! dropped`.
 
 use crate::{Batch, PktBuf, Port};
-use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What an agent does with each packet, on 82599 agents
+/// (`nfkit_ixgbe::Agent`) and through [`AgentAdapter`] alike: `buffer`
+/// is the whole packet buffer; its first `len` bytes are the received
+/// frame, to be read or rewritten in place. Set `out_lens[k]` to the
+/// number of bytes of `buffer` to send on output `k`; it is 0 (not sent
+/// there) on entry. Any `FnMut(&mut [u8], usize, &mut [u16])` is one.
+pub trait PacketHandler {
+    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]);
+}
+
+impl<F: FnMut(&mut [u8], usize, &mut [u16])> PacketHandler for F {
+    #[inline(always)]
+    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]) {
+        self(buffer, len, out_lens)
+    }
+}
 
 /// Counters of an [`AgentAdapter`], indexed by port.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AgentStats {
+pub struct AdapterStats {
     /// Packets received per input.
     pub received: Vec<u64>,
     /// Packets the handler sent nowhere, per input.
@@ -44,7 +60,7 @@ pub struct AgentAdapter {
 struct Outputs {
     out: Vec<Batch>,
     lens: Vec<u16>,
-    stats: AgentStats,
+    stats: AdapterStats,
 }
 
 impl AgentAdapter {
@@ -55,7 +71,7 @@ impl AgentAdapter {
             outs: Outputs {
                 out: (0..ports).map(|_| Batch::new()).collect(),
                 lens: vec![0; ports],
-                stats: AgentStats {
+                stats: AdapterStats {
                     received: vec![0; ports],
                     discarded: vec![0; ports],
                     requested: vec![0; ports],
@@ -66,7 +82,7 @@ impl AgentAdapter {
         }
     }
 
-    pub fn stats(&self) -> &AgentStats {
+    pub fn stats(&self) -> &AdapterStats {
         &self.outs.stats
     }
 
@@ -76,10 +92,11 @@ impl AgentAdapter {
     /// # Panics
     /// If `ports` and `handlers` do not both have the length given to
     /// [`AgentAdapter::new`] (a programming error, not bad input).
-    pub fn poll<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H]) -> usize
-    where
-        H: FnMut(&mut [u8], usize, &mut [u16]),
-    {
+    pub fn poll<H: PacketHandler>(
+        &mut self,
+        ports: &mut [&mut dyn Port],
+        handlers: &mut [H],
+    ) -> usize {
         let count = self.outs.out.len();
         assert!(
             ports.len() == count && handlers.len() == count,
@@ -104,37 +121,23 @@ impl AgentAdapter {
         }
         total
     }
-
-    /// Poll until `stop` is set.
-    pub fn run<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H], stop: &AtomicBool)
-    where
-        H: FnMut(&mut [u8], usize, &mut [u16]),
-    {
-        while !stop.load(Ordering::Relaxed) {
-            for _ in 0..256 {
-                self.poll(ports, handlers);
-            }
-        }
-    }
 }
 
 impl Outputs {
-    fn handle<H>(
+    fn handle<H: PacketHandler>(
         &mut self,
         input: usize,
         mut pkt: PktBuf,
         handler: &mut H,
         ports: &mut [&mut dyn Port],
         q: usize,
-    ) where
-        H: FnMut(&mut [u8], usize, &mut [u16]),
-    {
+    ) {
         let len = pkt.len();
         let room = len + pkt.tailroom();
         // Cannot fail: the room is what the buffer has.
         let _ = pkt.set_len(room);
         self.lens.fill(0);
-        handler(pkt.data_mut(), len, &mut self.lens);
+        handler.handle(pkt.data_mut(), len, &mut self.lens);
         let Some(last) = self.lens.iter().rposition(|&l| l > 0) else {
             self.stats.discarded[input] += 1;
             return;
