@@ -16,6 +16,10 @@ use nfkit_port::Model;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Take a pci: device even though the kernel is using it (one of its
+    /// interfaces is up, addressed or routed): that cuts its traffic off.
+    #[arg(long, global = true)]
+    force: bool,
 }
 
 #[derive(Subcommand)]
@@ -109,7 +113,9 @@ enum Cmd {
 
 fn main() -> Result<()> {
     nfkit_lab::init_tracing();
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    let force = cli.force;
+    match cli.cmd {
         Cmd::Demo {
             seconds,
             model,
@@ -138,6 +144,7 @@ fn main() -> Result<()> {
             model,
             seconds,
             queues,
+            force,
         })?,
         Cmd::Pktgen {
             ports,
@@ -169,12 +176,14 @@ fn main() -> Result<()> {
                 count,
                 seconds,
                 rx,
+                force,
             })?;
             nfkit::print::pktgen_results(&results, rx);
         }
         Cmd::Nf { args } if nfkit::nf::wants_help(&args) => println!("{}", nfkit::nf::usage()),
         Cmd::Nf { args } => {
-            let args = nfkit::nf::parse_args(&args)?;
+            let mut args = nfkit::nf::parse_args(&args)?;
+            args.force |= force;
             let summary = nfkit_lab::nf::run(&args)?;
             nfkit::nf::print_summary(&args, &summary);
             summary.check()?;

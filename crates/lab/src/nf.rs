@@ -42,6 +42,8 @@ pub struct NfArgs {
     pub table_every_second: bool,
     /// Everything else, for the NF.
     pub nf_options: Vec<String>,
+    /// Take pci: devices the kernel is using (`--force`).
+    pub force: bool,
 }
 
 /// The NF's counters on one line.
@@ -196,7 +198,13 @@ fn run_ports(
     let reg = registry(lab.clone(), 1);
     let mut owned: Vec<Box<dyn Port>> = specs
         .iter()
-        .map(|s| reg.open(s, &OpenOptions::default()))
+        .map(|s| {
+            let opts = OpenOptions {
+                force: args.force,
+                ..OpenOptions::default()
+            };
+            reg.open(s, &opts)
+        })
         .collect::<Result<_, _>>()?;
     let ports: RefCell<Vec<&mut dyn Port>> =
         RefCell::new(owned.iter_mut().map(|p| &mut **p as _).collect());
