@@ -325,11 +325,14 @@ fn decap_drops_bad_tunnel_frames() {
     assert!(out[0].is_empty(), "VXLAN is not Geneve");
 }
 
+/// In-memory wires by port spec.
+type Wires = Vec<(String, Arc<Mutex<Wire>>)>;
+
 /// Build a shipped example with in-memory ports; its wires by port spec.
-fn example(name: &str) -> (nfkit_pipeline::Pipeline, Vec<(String, Arc<Mutex<Wire>>)>) {
+fn example(name: &str) -> (nfkit_pipeline::Pipeline, Wires) {
     let desc =
         nfkit_pipeline::load(format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    let wires: Mutex<Vec<(String, Arc<Mutex<Wire>>)>> = Mutex::new(Vec::new());
+    let wires: Mutex<Wires> = Mutex::new(Vec::new());
     let p = desc
         .build(&|spec| {
             let mp = MemPort::new(spec, 1);
