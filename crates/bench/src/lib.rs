@@ -9,7 +9,8 @@
 //!   hidden lock-step entry points of this binary under valgrind);
 //! - [`nfs`]: every NF on both models over simulated 82599s;
 //! - [`ports`], [`vhost`], [`pipeline`]: nfkit against dpdk-testpmd on
-//!   the same wiring ([`testpmd`] is the harness).
+//!   the same wiring ([`testpmd`] is the harness);
+//! - [`traffic`]: the many-flow shaper's accuracy and cost (issue 21).
 #![forbid(unsafe_code)]
 
 pub mod callgrind;
@@ -18,4 +19,5 @@ pub mod nfs;
 pub mod pipeline;
 pub mod ports;
 pub mod testpmd;
+pub mod traffic;
 pub mod vhost;

@@ -77,6 +77,14 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         seconds: u64,
     },
+    /// RateLimit shaping 1 to 4,096 flows at 1-11 Mbit/s each: per-flow
+    /// accuracy, inter-packet-gap sigma and cycles per packet at the
+    /// pipeline's output (issue 21, SoftNIC §6.2).
+    Traffic {
+        /// Measured seconds per flow count (after 1 s of warm-up).
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
     /// (internal) the lock-step run measured under callgrind.
     #[command(hide = true)]
     BenchLockstep {
@@ -120,6 +128,7 @@ fn main() -> Result<()> {
             nfkit_bench::vhost::vhost(&nfkit_bench::vhost::VhostOptions { seconds, burst })?;
         }
         Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
+        Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
         Cmd::Nfs {
             seconds,
             packets,

@@ -70,3 +70,17 @@ fn bench_pipeline_prints_every_case() {
         .unwrap_or_else(|| panic!("no DPDK line in:\n{text}"));
     assert!(!dpdk.contains("error"), "{text}");
 }
+
+#[test]
+fn traffic_prints_a_row_per_flow_count() {
+    // No root or tool needed: the shaper runs in the pipeline alone.
+    let text = bench(&["traffic", "--seconds", "1"]);
+    for flows in ["1", "10", "100", "1000", "4096"] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(flows)),
+            "no row for {flows} flows:\n{text}"
+        );
+    }
+    assert!(text.contains("targets: accuracy >= 0.999"), "{text}");
+}
