@@ -77,6 +77,14 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         seconds: u64,
     },
+    /// The daemon's control plane over gRPC: GetPortStats requests/s, module
+    /// add/connect/remove cycles/s, and the data path's cycles per packet
+    /// unpolled vs polled 100 times a second (issue 16).
+    Control {
+        /// Measured seconds per figure.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
     /// RateLimit shaping 1 to 4,096 flows at 1-11 Mbit/s each: per-flow
     /// accuracy, inter-packet-gap sigma and cycles per packet at the
     /// pipeline's output (issue 21, SoftNIC §6.2).
@@ -139,6 +147,9 @@ fn main() -> Result<()> {
             nfkit_bench::vhost::vhost(&nfkit_bench::vhost::VhostOptions { seconds, burst })?;
         }
         Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
+        Cmd::Control { seconds } => {
+            nfkit_bench::control::control(seconds)?;
+        }
         Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
         Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
         Cmd::Nfs {
