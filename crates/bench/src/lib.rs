@@ -9,7 +9,9 @@
 //!   hidden lock-step entry points of this binary under valgrind);
 //! - [`nfs`]: every NF on both models over simulated 82599s;
 //! - [`ports`], [`vhost`], [`pipeline`]: nfkit against dpdk-testpmd on
-//!   the same wiring ([`testpmd`] is the harness).
+//!   the same wiring ([`testpmd`] is the harness);
+//! - [`rfc2544`]: RFC 2544 throughput, latency, frame loss and
+//!   back-to-back for any DUT over vhost-user or simulated 82599s.
 #![forbid(unsafe_code)]
 
 pub mod callgrind;
@@ -17,5 +19,6 @@ pub mod drivers;
 pub mod nfs;
 pub mod pipeline;
 pub mod ports;
+pub mod rfc2544;
 pub mod testpmd;
 pub mod vhost;
