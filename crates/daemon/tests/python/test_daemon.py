@@ -210,6 +210,79 @@ def unix_socket_port(stub, pid):
         pass
 
 
+def abuse(stub, channel, sock):
+    """Bad input at the transport level, and load, while a pipeline runs."""
+    ok(stub.CreateModule(bess.CreateModuleRequest(
+        name="src", mclass="Source", arg=pack(mod.SourceArg(pkt_size=60)))))
+    ok(stub.CreateModule(bess.CreateModuleRequest(name="sink", mclass="Sink")))
+    ok(stub.ConnectModules(bess.ConnectModulesRequest(m1="src", m2="sink")))
+
+    def sunk():
+        return desc_value(ok(stub.GetModuleInfo(bess.GetModuleInfoRequest(name="sink"))).desc,
+                          "consumed")
+
+    # Malformed protobuf bytes: a gRPC error, not a crash.
+    raw = channel.unary_unary("/bess.pb.BESSControl/CreateModule")
+    for junk in [b"\xff\xff\xff", b"\x0a\x10abc", bytes(range(256))]:
+        try:
+            raw(junk, timeout=5)
+            raise AssertionError("malformed request accepted")
+        except grpc.RpcError as e:
+            assert e.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT), e
+    # An RPC that does not exist.
+    try:
+        channel.unary_unary("/bess.pb.BESSControl/NoSuchRpc")(b"", timeout=5)
+        raise AssertionError("unknown RPC answered")
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.UNIMPLEMENTED, e
+    # Bigger than the limit (4 MiB by default).
+    try:
+        stub.CreateModule(bess.CreateModuleRequest(name="x" * (5 << 20), mclass="Sink"), timeout=10)
+        raise AssertionError("oversize request accepted")
+    except grpc.RpcError as e:
+        assert e.code() in (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.RESOURCE_EXHAUSTED), e
+        assert "too large" in e.details(), e.details()
+    # Clients that hang up mid-call (a deadline far too short).
+    for _ in range(20):
+        try:
+            stub.ListModules(bess.EmptyRequest(), timeout=0.0001)
+        except grpc.RpcError:
+            pass
+    # Several clients, many requests each, at once.
+    import threading
+    errors = []
+
+    def client(n):
+        try:
+            ch = grpc.insecure_channel("unix:" + sock,
+                                       options=[("grpc.default_authority", "localhost")])
+            st = service_pb2_grpc.BESSControlStub(ch)
+            for i in range(300):
+                if i % 3 == 0:
+                    ok(st.GetTcStats(bess.GetTcStatsRequest(name="!leaf_src:0")))
+                elif i % 3 == 1:
+                    ok(st.ListModules(bess.EmptyRequest()))
+                else:
+                    fails(st.GetModuleInfo(bess.GetModuleInfoRequest(name=f"none{n}")), ENOENT)
+            ch.close()
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    before = sunk()
+    t0 = time.time()
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dt = time.time() - t0
+    assert not errors, errors
+    print(f"4 clients x 300 requests in {dt:.2f} s ({1200 / dt:.0f} requests/s)")
+    # Still forwarding.
+    wait_for(lambda: sunk() > before + 1000, "traffic after the abuse")
+    ok(stub.ResetAll(bess.EmptyRequest()), "ResetAll")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         proc, sock = start_daemon(tmp)
@@ -227,6 +300,7 @@ def main():
             assert [w.wid for w in workers] == [0], workers
             fails(stub.ImportPlugin(bess.ImportPluginRequest(path="/x.so")), 95, "ENOTSUP")
             source_to_sink(stub)
+            abuse(stub, channel, sock)
             unix_socket_port(stub, os.getpid())
             ok(stub.KillBess(bess.EmptyRequest()), "KillBess")
             assert proc.wait(timeout=20) == 0, "the daemon exits cleanly"
