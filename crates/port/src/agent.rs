@@ -35,17 +35,40 @@ impl<F: FnMut(&mut [u8], usize, &mut [u16])> PacketHandler for F {
     }
 }
 
-/// Counters of an [`AgentAdapter`], indexed by port.
+/// Counters of a loop that hands each received packet to a handler or
+/// an NF and sends it where that says: the [`AgentAdapter`] and the
+/// queue-model NF loop (`nfkit_nf::adapt::QueueNf`). Indexed by port.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AdapterStats {
+pub struct LoopStats {
     /// Packets received per input.
     pub received: Vec<u64>,
-    /// Packets the handler sent nowhere, per input.
+    /// Packets the handler or NF sent nowhere, per input.
     pub discarded: Vec<u64>,
-    /// Packets the handler asked to send per output.
+    /// Packets the handler asked to send per output (a flood counts on
+    /// each).
     pub requested: Vec<u64>,
     pub sent: Vec<u64>,
+    /// Refused by the transmit ring, no buffer for a copy, or a length
+    /// larger than the buffer.
     pub dropped: Vec<u64>,
+    /// Verdicts naming a port the loop does not have (sent nowhere; the
+    /// queue loop counts these, agent handlers count them in
+    /// `nfkit_nf::adapt::AgentNf::unrouted`).
+    pub unrouted: u64,
+}
+
+impl LoopStats {
+    /// All zero, for `ports` ports.
+    pub fn new(ports: usize) -> LoopStats {
+        LoopStats {
+            received: vec![0; ports],
+            discarded: vec![0; ports],
+            requested: vec![0; ports],
+            sent: vec![0; ports],
+            dropped: vec![0; ports],
+            unrouted: 0,
+        }
+    }
 }
 
 /// Runs per-input handlers over a set of ports. Buffers for the per-output
@@ -60,7 +83,7 @@ pub struct AgentAdapter {
 struct Outputs {
     out: Vec<Batch>,
     lens: Vec<u16>,
-    stats: AdapterStats,
+    stats: LoopStats,
 }
 
 impl AgentAdapter {
@@ -71,18 +94,12 @@ impl AgentAdapter {
             outs: Outputs {
                 out: (0..ports).map(|_| Batch::new()).collect(),
                 lens: vec![0; ports],
-                stats: AdapterStats {
-                    received: vec![0; ports],
-                    discarded: vec![0; ports],
-                    requested: vec![0; ports],
-                    sent: vec![0; ports],
-                    dropped: vec![0; ports],
-                },
+                stats: LoopStats::new(ports),
             },
         }
     }
 
-    pub fn stats(&self) -> &AdapterStats {
+    pub fn stats(&self) -> &LoopStats {
         &self.outs.stats
     }
 
