@@ -77,6 +77,25 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         seconds: u64,
     },
+    /// RateLimit shaping 1 to 4,096 flows at 1-11 Mbit/s each: per-flow
+    /// accuracy, inter-packet-gap sigma and cycles per packet at the
+    /// pipeline's output (issue 21, SoftNIC §6.2).
+    Traffic {
+        /// Measured seconds per flow count (after 1 s of warm-up).
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
+    /// Cycles per packet of ExactMatch, WildcardMatch, IPLookup, ACL and
+    /// BPF against table size (1k, 64k, 1M entries where the class
+    /// allows), one core (issue 20).
+    Classify {
+        /// Packets per case (the linear ACL and BPF cases take fewer).
+        #[arg(long, default_value_t = 2_000_000)]
+        packets: usize,
+        /// Only the 1k-entry cases (a smoke run).
+        #[arg(long)]
+        quick: bool,
+    },
     /// (internal) the lock-step run measured under callgrind.
     #[command(hide = true)]
     BenchLockstep {
@@ -100,10 +119,7 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    nfkit_lab::init_tracing();
     match Cli::parse().cmd {
         Cmd::Drivers { seconds, packets } => nfkit_bench::drivers::drivers(seconds, packets)?,
         Cmd::Ports {
@@ -123,6 +139,8 @@ fn main() -> Result<()> {
             nfkit_bench::vhost::vhost(&nfkit_bench::vhost::VhostOptions { seconds, burst })?;
         }
         Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
+        Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
+        Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
         Cmd::Nfs {
             seconds,
             packets,

@@ -23,11 +23,10 @@
 use anyhow::{bail, Context, Result};
 use nfkit_ixgbe_model::TrafficGen;
 use nfkit_lab::forms::{with_form, SimNics};
+use nfkit_lab::Feeder;
 use nfkit_nf::workload::{prepared, workload, FLOWS};
 use nfkit_nf::NFS;
 use nfkit_port::Model;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Forwarding rate of NF `name` in `model` against the free-running
@@ -38,21 +37,10 @@ pub fn mpps(model: Model, name: &str, seconds: f64) -> Result<f64> {
     let nics = SimNics::free_running(2)?;
     let output = 1 - w.input;
     let sink = nics.nics[output].wire().attach_sink();
-    let stop = Arc::new(AtomicBool::new(false));
-    let pump = {
-        let wire = nics.nics[w.input].wire();
-        let mut gen = TrafficGen::from_frames(w.frames.clone());
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if wire.rx_pending() < 256 {
-                    gen.inject(&wire, 64);
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
+    let feeder = Feeder::start(
+        nics.nics[w.input].wire(),
+        TrafficGen::from_frames(w.frames.clone()),
+    );
     let warmup = Duration::from_millis(300);
     let start = Instant::now();
     let measured = with_form(model, &nics, &mut *nf, |r| {
@@ -69,8 +57,7 @@ pub fn mpps(model: Model, name: &str, seconds: f64) -> Result<f64> {
             }
         }
     })?;
-    stop.store(true, Ordering::Relaxed);
-    let _ = pump.join();
+    drop(feeder);
     let (packets, over) = measured.context("the run was shorter than its warm-up")?;
     if sink.frames() == 0 {
         bail!("nf {name}: nothing came out of port {output}");
@@ -142,7 +129,7 @@ pub fn nfs(seconds: f64, packets: u64, only: &[String]) -> Result<()> {
         .is_ok_and(|o| o.status.success());
     if cfg!(debug_assertions) {
         println!(
-            "note: a debug build; run `cargo run --release -- bench nfs` for meaningful figures"
+            "note: a debug build; run `cargo build --release` and target/release/nfkit bench nfs for meaningful figures"
         );
     }
     println!("{FLOWS} flows per NF, 60-byte frames, one direction");

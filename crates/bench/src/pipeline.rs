@@ -167,7 +167,7 @@ fn measure_dpdk(
 pub fn pipeline(seconds: u64) -> Result<()> {
     if cfg!(debug_assertions) {
         println!(
-            "note: a debug build; run `cargo run --release -- bench pipeline` for meaningful figures"
+            "note: a debug build; run `cargo build --release` and target/release/nfkit bench pipeline for meaningful figures"
         );
     }
     let hz = tsc_hz()?;

@@ -397,7 +397,7 @@ pub fn print_table(title: &str, rows: &[Row], hz: f64) {
 pub fn ports(opts: &PortsOptions) -> Result<()> {
     if cfg!(debug_assertions) {
         println!(
-            "note: a debug build; run `cargo run --release -- bench ports` for meaningful figures"
+            "note: a debug build; run `cargo build --release` and target/release/nfkit bench ports for meaningful figures"
         );
     }
     let hz = tsc_hz()?;

@@ -70,3 +70,30 @@ fn bench_pipeline_prints_every_case() {
         .unwrap_or_else(|| panic!("no DPDK line in:\n{text}"));
     assert!(!dpdk.contains("error"), "{text}");
 }
+
+#[test]
+fn traffic_prints_a_row_per_flow_count() {
+    // No root or tool needed: the shaper runs in the pipeline alone.
+    let text = bench(&["traffic", "--seconds", "1"]);
+    for flows in ["1", "10", "100", "1000", "4096"] {
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(flows)),
+            "no row for {flows} flows:\n{text}"
+        );
+    }
+    assert!(text.contains("targets: accuracy >= 0.999"), "{text}");
+}
+
+#[test]
+fn bench_classify_prints_every_class() {
+    let text = bench(&["classify", "--quick", "--packets", "20000"]);
+    for class in ["ExactMatch", "WildcardMatch", "IPLookup", "ACL", "BPF"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(class))
+            .unwrap_or_else(|| panic!("no row for {class}:\n{text}"));
+        let cycles: f64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert!(cycles > 0.0, "{line}");
+    }
+}

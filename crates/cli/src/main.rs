@@ -16,6 +16,10 @@ use nfkit_port::Model;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Take a pci: device even though the kernel is using it (one of its
+    /// interfaces is up, addressed or routed): that cuts its traffic off.
+    #[arg(long, global = true)]
+    force: bool,
 }
 
 #[derive(Subcommand)]
@@ -102,17 +106,32 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// A long-running pipeline driven over gRPC, wire-compatible with
+    /// BESS's bess.pb.BESSControl (pybess, bessctl). Stops on SIGTERM/SIGINT.
+    Daemon {
+        /// Unix socket to listen on (mode 0660).
+        #[arg(long)]
+        socket: Option<std::path::PathBuf>,
+        /// Also listen on TCP HOST:PORT (BESS tools use localhost:10514).
+        #[arg(long)]
+        grpc_url: Option<String>,
+        /// Allow a --grpc-url that is not a loopback address.
+        #[arg(long)]
+        allow_remote: bool,
+        /// Largest request accepted, in bytes.
+        #[arg(long, default_value_t = nfkit_lab::daemon::DEFAULT_MAX_REQUEST)]
+        max_request: usize,
+    },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().cmd {
+    nfkit_lab::init_tracing();
+    let cli = Cli::parse();
+    let force = cli.force;
+    match cli.cmd {
         Cmd::Demo {
             seconds,
             model,
@@ -141,6 +160,7 @@ fn main() -> Result<()> {
             model,
             seconds,
             queues,
+            force,
         })?,
         Cmd::Pktgen {
             ports,
@@ -172,18 +192,32 @@ fn main() -> Result<()> {
                 count,
                 seconds,
                 rx,
+                force,
             })?;
             nfkit::print::pktgen_results(&results, rx);
         }
         Cmd::Nf { args } if nfkit::nf::wants_help(&args) => println!("{}", nfkit::nf::usage()),
         Cmd::Nf { args } => {
-            let args = nfkit::nf::parse_args(&args)?;
+            let mut args = nfkit::nf::parse_args(&args)?;
+            args.force |= force;
             let summary = nfkit_lab::nf::run(&args)?;
             nfkit::nf::print_summary(&args, &summary);
             summary.check()?;
         }
         Cmd::Bench { args } => std::process::exit(nfkit::bench::run(&args)?),
         Cmd::Run { file, seconds } => print!("{}", nfkit_lab::run::run(&file, seconds)?),
+        Cmd::Daemon {
+            socket,
+            grpc_url,
+            allow_remote,
+            max_request,
+        } => nfkit_lab::daemon::run(nfkit_lab::daemon::Options {
+            socket,
+            grpc_url,
+            allow_remote,
+            max_request,
+            ..Default::default()
+        })?,
         Cmd::Doctor => {
             use nfkit_lab::doctor::{checks, failures, report, System};
             let checks = checks(&System::live());

@@ -35,6 +35,7 @@ pub fn parse_args(args: &[String]) -> Result<NfArgs> {
         seconds: None,
         table_every_second: false,
         nf_options: Vec::new(),
+        force: false,
     };
     let mut it = rest.iter();
     while let Some(a) = it.next() {
@@ -64,6 +65,7 @@ pub fn parse_args(args: &[String]) -> Result<NfArgs> {
                 out.seconds = Some(v.parse().with_context(|| format!("--seconds {v}"))?);
             }
             "--table" => out.table_every_second = true,
+            "--force" => out.force = true,
             "-h" | "--help" => bail!("{USAGE}\n{}", nf_list()),
             _ => out.nf_options.push(a.clone()),
         }

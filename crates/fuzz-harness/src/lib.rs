@@ -14,11 +14,13 @@
 
 mod classifiers;
 mod devices;
+mod ixgbe;
 mod nfs;
 mod parsers;
 
 pub use classifiers::{cbpf, classifiers};
-pub use devices::{descriptor_chain, vhost_user_message, virtio_used_ring};
+pub use devices::{afpacket_ring, descriptor_chain, vhost_user_message, virtio_used_ring};
+pub use ixgbe::ixgbe_hostile;
 pub use nfs::{nf_bridge, nf_firewall, nf_lb, nf_nat, nf_options, nf_policer, nf_router};
 pub use parsers::{nfk_config, packet_views, pcap_reader, port_spec};
 
@@ -39,6 +41,8 @@ pub const TARGETS: &[Target] = &[
     ("nf_firewall", nf_firewall),
     ("nf_router", nf_router),
     ("virtio_used_ring", virtio_used_ring),
+    ("ixgbe_hostile", ixgbe_hostile),
+    ("afpacket_ring", afpacket_ring),
     ("vhost_user_message", vhost_user_message),
     ("descriptor_chain", descriptor_chain),
     ("classifiers", classifiers),

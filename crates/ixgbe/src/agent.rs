@@ -69,21 +69,10 @@ impl Default for AgentConfig {
     }
 }
 
-/// What an agent does with each packet.
-pub trait PacketHandler {
-    /// `buffer` is the whole packet buffer ([`BUFFER_SIZE`] bytes); its
-    /// first `len` bytes are the received frame, to be read or rewritten
-    /// in place. Set `out_lens[k]` to the number of bytes of `buffer` to
-    /// send on output `k`; it is 0 (not sent there) on entry.
-    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]);
-}
-
-impl<F: FnMut(&mut [u8], usize, &mut [u16])> PacketHandler for F {
-    #[inline(always)]
-    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]) {
-        self(buffer, len, out_lens)
-    }
-}
+/// What an agent does with each packet: the one handler shape of the
+/// agent model, shared with `nfkit_port::agent::AgentAdapter` (the buffer
+/// here is [`BUFFER_SIZE`] bytes).
+pub use nfkit_port::agent::PacketHandler;
 
 struct Output<B> {
     claim: QueueClaim<B>,
@@ -429,18 +418,27 @@ impl<B: Bar> Drop for Agent<B> {
     }
 }
 
-/// Run `agents` round robin on this thread, agent `i` with handler `i`,
-/// until `keep_running` returns false (checked between rounds). Extra
-/// agents or handlers without a partner are ignored.
+/// One round of `agents` on this thread: agent `i` once with handler
+/// `i`. Extra agents or handlers without a partner are ignored. Returns
+/// the packets handled.
+#[inline]
+pub fn round<B: Bar, H: PacketHandler>(agents: &mut [Agent<B>], handlers: &mut [H]) -> usize {
+    let mut n = 0;
+    for (agent, handler) in agents.iter_mut().zip(handlers.iter_mut()) {
+        n += agent.run_once(handler);
+    }
+    n
+}
+
+/// The agent model's run loop: [`round`] after round until
+/// `keep_running` returns false (checked between rounds).
 pub fn run<B: Bar, H: PacketHandler>(
     agents: &mut [Agent<B>],
     handlers: &mut [H],
     mut keep_running: impl FnMut() -> bool,
 ) {
     while keep_running() {
-        for (agent, handler) in agents.iter_mut().zip(handlers.iter_mut()) {
-            agent.run_once(handler);
-        }
+        round(agents, handlers);
     }
 }
 

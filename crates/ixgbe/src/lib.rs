@@ -90,8 +90,8 @@ mod rss;
 mod wait;
 
 pub use agent::{
-    run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE, FLUSH_PERIOD,
-    MAX_OUTPUTS, RECYCLE_PERIOD,
+    round, run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE,
+    FLUSH_PERIOD, MAX_OUTPUTS, RECYCLE_PERIOD,
 };
 pub use device::{Device, DeviceConfig, DeviceStats, Link, QueueHwStats};
 pub use error::{InitError, Step};

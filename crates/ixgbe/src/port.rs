@@ -167,8 +167,16 @@ where
 }
 
 /// Open a real 82599 at `addr`: VFIO when the device is bound to
-/// vfio-pci, else sysfs/uio with hugepage memory.
-pub fn open_pci(addr: PciAddress, name: &str, queues: usize) -> Result<Box<dyn Port>, PortError> {
+/// vfio-pci, else sysfs/uio with hugepage memory. A device whose kernel
+/// interface is up, addressed or routed is refused unless `force`; the
+/// kernel driver taken from it is bound again when the port is dropped,
+/// or at once if opening fails.
+pub fn open_pci(
+    addr: PciAddress,
+    name: &str,
+    queues: usize,
+    force: bool,
+) -> Result<Box<dyn Port>, PortError> {
     let hw = |e: nfkit_hw::HwError| PortError::Hw {
         port: name.to_string(),
         source: e,
@@ -186,12 +194,14 @@ pub fn open_pci(addr: PciAddress, name: &str, queues: usize) -> Result<Box<dyn P
         ));
     }
     let pci = nfkit_hw::linux::LinuxPci::open(addr).map_err(hw)?;
-    pci.unbind_driver().map_err(hw)?;
+    let guard = pci
+        .sysfs()
+        .take_from_kernel(&nfkit_hw::linux::NetView::live(), None, force)
+        .map_err(hw)?;
     let dma: Arc<dyn DmaAllocator> = Arc::new(nfkit_hw::linux::HugepageDma::new().map_err(hw)?);
     let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
-    Ok(Box::new(
-        IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?,
-    ))
+    let port = Box::new(IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?);
+    Ok(nfkit_port::with_guard(port, guard))
 }
 
 /// The opener of 82599 ports: `pci:ADDR` (any PCI device a registry asks
@@ -201,11 +211,11 @@ pub fn opener<S: SimSource + 'static>(queues: usize, sim: Arc<S>) -> impl Opener
 where
     <S::Pci as PciFunction>::Bar: 'static,
 {
-    move |spec: &PortSpec, _opts: &OpenOptions| {
+    move |spec: &PortSpec, opts: &OpenOptions| {
         let name = spec.to_string();
         match spec {
             PortSpec::Sim(n) => Some(open_sim(&*sim, *n, &name, queues)),
-            PortSpec::Pci(addr) => Some(open_pci(*addr, &name, queues)),
+            PortSpec::Pci(addr) => Some(open_pci(*addr, &name, queues, opts.force)),
             _ => None,
         }
     }

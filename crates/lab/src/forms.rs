@@ -123,12 +123,15 @@ pub fn nf_round_agent<H: PacketHandler>(
     now: Duration,
 ) -> usize {
     nf.set_now(now);
+    until_idle(|| nfkit_ixgbe::round(agents, handlers))
+}
+
+/// Call `pass` until it handles no packet; returns the packets handled.
+#[inline(always)]
+fn until_idle(mut pass: impl FnMut() -> usize) -> usize {
     let mut total = 0;
     loop {
-        let mut n = 0;
-        for (a, h) in agents.iter_mut().zip(handlers.iter_mut()) {
-            n += a.run_once(h);
-        }
+        let n = pass();
         total += n;
         if n == 0 {
             return total;
@@ -144,20 +147,13 @@ pub fn nf_round_queue<P: Port + ?Sized>(
     nf: &mut dyn NetworkFunction,
     now: Duration,
 ) -> usize {
-    let mut total = 0;
-    loop {
-        let n = q.poll(ports, nf, now);
-        total += n;
-        if n == 0 {
-            return total;
-        }
-    }
+    until_idle(|| q.poll(ports, nf, now))
 }
 
 /// One round of the agent handlers through the adapter: every port
 /// until none has a packet.
 #[inline(never)]
-pub fn nf_round_adapter<H: FnMut(&mut [u8], usize, &mut [u16])>(
+pub fn nf_round_adapter<H: PacketHandler>(
     adapter: &mut AgentAdapter,
     ports: &mut [&mut dyn Port],
     handlers: &mut [H],
@@ -165,14 +161,7 @@ pub fn nf_round_adapter<H: FnMut(&mut [u8], usize, &mut [u16])>(
     now: Duration,
 ) -> usize {
     nf.set_now(now);
-    let mut total = 0;
-    loop {
-        let n = adapter.poll(ports, handlers);
-        total += n;
-        if n == 0 {
-            return total;
-        }
-    }
+    until_idle(|| adapter.poll(ports, handlers))
 }
 
 /// An NF set up in a driver model on some ports.

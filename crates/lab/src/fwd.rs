@@ -29,6 +29,8 @@ pub struct FwdArgs {
     /// Stop after this long (else on Ctrl-C, or when finite sources end).
     pub seconds: Option<u64>,
     pub queues: usize,
+    /// Take pci: devices the kernel is using (`--force`).
+    pub force: bool,
 }
 
 /// Forward until `args.seconds` pass, Ctrl-C, or finite sources end,
@@ -52,7 +54,10 @@ pub fn run(args: &FwdArgs) -> Result<()> {
         return agents_on_sim(&lab, &specs, &stop);
     }
     let reg = registry(lab.clone(), args.queues);
-    let opts = OpenOptions::default();
+    let opts = OpenOptions {
+        force: args.force,
+        ..OpenOptions::default()
+    };
     let mut a = reg.open(&specs[0], &opts)?;
     let mut b = reg.open(&specs[1], &opts)?;
     lab.start_load();

@@ -15,10 +15,11 @@
 //! `nfkit-virtio`.
 //!
 //! The commands' work is here too, for the command crate to call: [`fwd`],
-//! [`demo`], [`nf`] (with [`forms`]: NFs on simulated 82599s in each
+//! [`demo`], [`daemon`], [`nf`] (with [`forms`]: NFs on simulated 82599s in each
 //! driver model), [`pktgen`], [`run`] and [`doctor`].
 #![forbid(unsafe_code)]
 
+pub mod daemon;
 pub mod demo;
 pub mod doctor;
 pub mod forms;
@@ -32,7 +33,9 @@ use nfkit_hw::sim::SimDma;
 use nfkit_hw::DmaAllocator;
 use nfkit_ixgbe::port::init_device;
 use nfkit_ixgbe::{Device, IxgbePort, SimSource};
-use nfkit_ixgbe_model::{ModelConfig, Nic82599, RunningNic, SimBar, SimPci, SinkStats, TrafficGen};
+use nfkit_ixgbe_model::{
+    ModelConfig, Nic82599, RunningNic, SimBar, SimPci, SinkStats, TrafficGen, Wire,
+};
 use nfkit_port::{PortError, Registry};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +59,51 @@ pub fn stop_flag(seconds: Option<u64>) -> Arc<AtomicBool> {
         });
     }
     stop
+}
+
+/// Log to stderr, filtered by `RUST_LOG`.
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A thread feeding one simulated wire with frames from a generator, as
+/// fast as the port takes them: it backs off while the wire's receive
+/// buffer holds 256 frames (a sender with flow control). Stops on drop.
+pub struct Feeder {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Feeder {
+    pub fn start(wire: Wire, mut gen: TrafficGen) -> Feeder {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                if wire.rx_pending() < 256 {
+                    gen.inject(&wire, 64);
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        Feeder {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// The MAC address of simulated port `n`.

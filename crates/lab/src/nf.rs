@@ -20,7 +20,7 @@
 //! The clock is read once per round of batches.
 
 use crate::forms::{with_form, with_ports, Rounds, SimNics};
-use crate::{registry, stop_flag, SimLab, SimWire};
+use crate::{registry, stop_flag, Feeder, SimLab, SimWire};
 use anyhow::{bail, Context, Result};
 use nfkit_ixgbe_model::TrafficGen;
 use nfkit_nf::workload::{workload, FLOWS};
@@ -29,7 +29,6 @@ use nfkit_port::rate::RateLines;
 use nfkit_port::{Model, OpenOptions, Port, PortSpec, QueueStats};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// What `nfkit nf` was asked to do.
@@ -43,6 +42,8 @@ pub struct NfArgs {
     pub table_every_second: bool,
     /// Everything else, for the NF.
     pub nf_options: Vec<String>,
+    /// Take pci: devices the kernel is using (`--force`).
+    pub force: bool,
 }
 
 /// The NF's counters on one line.
@@ -197,7 +198,13 @@ fn run_ports(
     let reg = registry(lab.clone(), 1);
     let mut owned: Vec<Box<dyn Port>> = specs
         .iter()
-        .map(|s| reg.open(s, &OpenOptions::default()))
+        .map(|s| {
+            let opts = OpenOptions {
+                force: args.force,
+                ..OpenOptions::default()
+            };
+            reg.open(s, &opts)
+        })
         .collect::<Result<_, _>>()?;
     let ports: RefCell<Vec<&mut dyn Port>> =
         RefCell::new(owned.iter_mut().map(|p| &mut **p as _).collect());
@@ -239,21 +246,10 @@ fn run_sim(args: &NfArgs, nf: &mut dyn NetworkFunction) -> Result<PortCounts> {
     for nic in &nics.nics {
         nic.wire().attach_sink();
     }
-    let pump_stop = Arc::new(AtomicBool::new(false));
-    let pump = {
-        let wire = nics.nics[w.input.min(n - 1)].wire();
-        let mut gen = TrafficGen::from_frames(w.frames);
-        let stop = pump_stop.clone();
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if wire.rx_pending() < 256 {
-                    gen.inject(&wire, 64);
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
+    let feeder = Feeder::start(
+        nics.nics[w.input.min(n - 1)].wire(),
+        TrafficGen::from_frames(w.frames),
+    );
     let stop = stop_flag(args.seconds);
     let device_stats = || -> Vec<QueueStats> {
         nics.devs
@@ -266,8 +262,7 @@ fn run_sim(args: &NfArgs, nf: &mut dyn NetworkFunction) -> Result<PortCounts> {
         drive(&mut r, args, &stop, &mut lines, &device_stats, || Ok(false))?;
         Ok((r.refused)())
     });
-    pump_stop.store(true, Ordering::Relaxed);
-    let _ = pump.join();
+    drop(feeder);
     let refused = refused??;
     let ports = device_stats();
     let sent = ports.iter().map(|p| p.tx_packets).collect();

@@ -403,6 +403,8 @@ pub struct PktgenArgs {
     /// Receive the traffic back on the same ports and report loss and
     /// latency.
     pub rx: bool,
+    /// Take pci: devices the kernel is using (`--force`).
+    pub force: bool,
 }
 
 /// What one port's generator did.
@@ -429,7 +431,13 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     let mut ports: Vec<Box<dyn Port>> = args
         .ports
         .iter()
-        .map(|s| reg.open_str(s, &OpenOptions::default()))
+        .map(|s| {
+            let opts = OpenOptions {
+                force: args.force,
+                ..OpenOptions::default()
+            };
+            reg.open_str(s, &opts)
+        })
         .collect::<Result<_, _>>()?;
     let mut gens: Vec<Generator> = (0..ports.len())
         .map(|i| {

@@ -168,9 +168,15 @@ impl Runtime {
             let (n, b) = (slot.outs[g].len() as u64, batch_bits(&slot.outs[g]));
             packets += n;
             bits += b;
-            let (Some((t, ig)), Some(mut batch)) = (target, self.spare.pop()) else {
-                // Unconnected gate (a walk deeper than the graph's, which
-                // the commit refuses, would end here too).
+            // The target first: a spare popped for an unconnected gate
+            // would be lost (and deep walks starved of spares later).
+            let Some((t, ig)) = target else {
+                slot.counters.dropped.add(n);
+                slot.outs[g].clear();
+                continue;
+            };
+            let Some(mut batch) = self.spare.pop() else {
+                // A walk deeper than the graph's (the commit refuses it).
                 slot.counters.dropped.add(n);
                 slot.outs[g].clear();
                 continue;

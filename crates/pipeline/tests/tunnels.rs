@@ -319,8 +319,91 @@ fn decap_drops_bad_tunnel_frames() {
     );
     assert_eq!(out[0], vec![inner]);
     assert_eq!(h.counters(), (0, 0, 6));
+    assert_eq!(
+        m.extra_stats(),
+        vec![
+            ("not_udp", 2),
+            ("bad_length", 3),
+            ("bad_header", 1),
+            ("truncated", 0)
+        ]
+    );
     let mut padded = good.clone();
     padded.extend_from_slice(&[0; 8]);
     let out = Harness::new().run(&mut *module("GeneveDecap", ""), 0, &[good, padded]);
     assert!(out[0].is_empty(), "VXLAN is not Geneve");
+}
+
+/// In-memory wires by port spec.
+type Wires = Vec<(String, Arc<Mutex<Wire>>)>;
+
+/// Build a shipped example with in-memory ports; its wires by port spec.
+fn example(name: &str) -> (nfkit_pipeline::Pipeline, Wires) {
+    let desc =
+        nfkit_pipeline::load(format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let wires: Mutex<Wires> = Mutex::new(Vec::new());
+    let p = desc
+        .build(&|spec| {
+            let mp = MemPort::new(spec, 1);
+            wires.lock().push((spec.to_string(), mp.wire.clone()));
+            Ok(Box::new(mp) as Box<dyn nfkit_port::Port>)
+        })
+        .unwrap();
+    (p, wires.into_inner())
+}
+
+fn wire(w: &[(String, Arc<Mutex<Wire>>)], spec: &str) -> Arc<Mutex<Wire>> {
+    w.iter().find(|(s, _)| s == spec).unwrap().1.clone()
+}
+
+#[test]
+fn vlan_uplink_example_tags_and_untags() {
+    let (mut p, w) = example("vlan_uplink.nfk");
+    let f = tcp("10.0.0.1", "10.0.0.2");
+    wire(&w, "afpacket:veth10").lock().rx[0].push_back(f.clone());
+    wire(&w, "afpacket:vethup").lock().rx[0].extend([
+        tag(&f, 0x8100, 20),
+        tag(&f, 0x8100, 30),
+        f.clone(),
+    ]);
+    p.step(6).unwrap();
+    assert_eq!(
+        wire(&w, "afpacket:vethup").lock().tx[0],
+        vec![tag(&f, 0x8100, 10)]
+    );
+    assert_eq!(wire(&w, "afpacket:veth20").lock().tx[0], vec![f.clone()]);
+    assert!(wire(&w, "afpacket:veth10").lock().tx[0].is_empty());
+}
+
+#[test]
+fn vxlan_overlay_example_encapsulates_decapsulates_and_answers_arp() {
+    let (mut p, w) = example("vxlan_overlay.nfk");
+    let inner = tcp("10.98.0.1", "10.98.0.2");
+    let outer = outer_expected(&inner, 0, 4789, [0x08, 0, 0, 0, 0, 0, 42, 0]);
+    wire(&w, "afpacket:veth-overlay").lock().rx[0].push_back(inner.clone());
+    p.step(4).unwrap();
+    let sent = wire(&w, "afpacket:veth-underlay").lock().tx[0].clone();
+    assert_eq!(sent.len(), 1);
+    let mut want = outer.clone();
+    want[..12].copy_from_slice(&[2, 0, 0, 0x98, 0, 2, 2, 0, 0, 0x98, 0, 1]);
+    want[26..34].copy_from_slice(&[192, 168, 98, 1, 192, 168, 98, 2]);
+    want[24..26].fill(0);
+    let c = checksum(&want[14..34]);
+    want[24..26].copy_from_slice(&c.to_be_bytes());
+    want[34..36].copy_from_slice(&sent[0][34..36]);
+    assert_eq!(sent[0], want);
+    // Back: the same frame as the far end would send it, and an ARP request.
+    let mut back = sent[0].clone();
+    back[26..34].copy_from_slice(&[192, 168, 98, 2, 192, 168, 98, 1]);
+    let arp = nfkit_packet::arp_request(
+        nfkit_packet::MacAddr([2, 0, 0, 0x98, 0, 2]),
+        ip("192.168.98.2"),
+        ip("192.168.98.1"),
+    );
+    wire(&w, "afpacket:veth-underlay").lock().rx[0].extend([back, arp]);
+    p.step(4).unwrap();
+    assert_eq!(wire(&w, "afpacket:veth-overlay").lock().tx[0], vec![inner]);
+    let replies = wire(&w, "afpacket:veth-underlay").lock().tx[0].clone();
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[1][20..22], [0, 2], "an ARP reply");
 }

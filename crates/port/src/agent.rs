@@ -17,19 +17,58 @@
 //! dropped`.
 
 use crate::{Batch, PktBuf, Port};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Counters of an [`AgentAdapter`], indexed by port.
+/// What an agent does with each packet, on 82599 agents
+/// (`nfkit_ixgbe::Agent`) and through [`AgentAdapter`] alike: `buffer`
+/// is the whole packet buffer; its first `len` bytes are the received
+/// frame, to be read or rewritten in place. Set `out_lens[k]` to the
+/// number of bytes of `buffer` to send on output `k`; it is 0 (not sent
+/// there) on entry. Any `FnMut(&mut [u8], usize, &mut [u16])` is one.
+pub trait PacketHandler {
+    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]);
+}
+
+impl<F: FnMut(&mut [u8], usize, &mut [u16])> PacketHandler for F {
+    #[inline(always)]
+    fn handle(&mut self, buffer: &mut [u8], len: usize, out_lens: &mut [u16]) {
+        self(buffer, len, out_lens)
+    }
+}
+
+/// Counters of a loop that hands each received packet to a handler or
+/// an NF and sends it where that says: the [`AgentAdapter`] and the
+/// queue-model NF loop (`nfkit_nf::adapt::QueueNf`). Indexed by port.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AgentStats {
+pub struct LoopStats {
     /// Packets received per input.
     pub received: Vec<u64>,
-    /// Packets the handler sent nowhere, per input.
+    /// Packets the handler or NF sent nowhere, per input.
     pub discarded: Vec<u64>,
-    /// Packets the handler asked to send per output.
+    /// Packets the handler asked to send per output (a flood counts on
+    /// each).
     pub requested: Vec<u64>,
     pub sent: Vec<u64>,
+    /// Refused by the transmit ring, no buffer for a copy, or a length
+    /// larger than the buffer.
     pub dropped: Vec<u64>,
+    /// Verdicts naming a port the loop does not have (sent nowhere; the
+    /// queue loop counts these, agent handlers count them in
+    /// `nfkit_nf::adapt::AgentNf::unrouted`).
+    pub unrouted: u64,
+}
+
+impl LoopStats {
+    /// All zero, for `ports` ports.
+    pub fn new(ports: usize) -> LoopStats {
+        LoopStats {
+            received: vec![0; ports],
+            discarded: vec![0; ports],
+            requested: vec![0; ports],
+            sent: vec![0; ports],
+            dropped: vec![0; ports],
+            unrouted: 0,
+        }
+    }
 }
 
 /// Runs per-input handlers over a set of ports. Buffers for the per-output
@@ -44,7 +83,7 @@ pub struct AgentAdapter {
 struct Outputs {
     out: Vec<Batch>,
     lens: Vec<u16>,
-    stats: AgentStats,
+    stats: LoopStats,
 }
 
 impl AgentAdapter {
@@ -55,18 +94,12 @@ impl AgentAdapter {
             outs: Outputs {
                 out: (0..ports).map(|_| Batch::new()).collect(),
                 lens: vec![0; ports],
-                stats: AgentStats {
-                    received: vec![0; ports],
-                    discarded: vec![0; ports],
-                    requested: vec![0; ports],
-                    sent: vec![0; ports],
-                    dropped: vec![0; ports],
-                },
+                stats: LoopStats::new(ports),
             },
         }
     }
 
-    pub fn stats(&self) -> &AgentStats {
+    pub fn stats(&self) -> &LoopStats {
         &self.outs.stats
     }
 
@@ -76,10 +109,11 @@ impl AgentAdapter {
     /// # Panics
     /// If `ports` and `handlers` do not both have the length given to
     /// [`AgentAdapter::new`] (a programming error, not bad input).
-    pub fn poll<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H]) -> usize
-    where
-        H: FnMut(&mut [u8], usize, &mut [u16]),
-    {
+    pub fn poll<H: PacketHandler>(
+        &mut self,
+        ports: &mut [&mut dyn Port],
+        handlers: &mut [H],
+    ) -> usize {
         let count = self.outs.out.len();
         assert!(
             ports.len() == count && handlers.len() == count,
@@ -104,37 +138,23 @@ impl AgentAdapter {
         }
         total
     }
-
-    /// Poll until `stop` is set.
-    pub fn run<H>(&mut self, ports: &mut [&mut dyn Port], handlers: &mut [H], stop: &AtomicBool)
-    where
-        H: FnMut(&mut [u8], usize, &mut [u16]),
-    {
-        while !stop.load(Ordering::Relaxed) {
-            for _ in 0..256 {
-                self.poll(ports, handlers);
-            }
-        }
-    }
 }
 
 impl Outputs {
-    fn handle<H>(
+    fn handle<H: PacketHandler>(
         &mut self,
         input: usize,
         mut pkt: PktBuf,
         handler: &mut H,
         ports: &mut [&mut dyn Port],
         q: usize,
-    ) where
-        H: FnMut(&mut [u8], usize, &mut [u16]),
-    {
+    ) {
         let len = pkt.len();
         let room = len + pkt.tailroom();
         // Cannot fail: the room is what the buffer has.
         let _ = pkt.set_len(room);
         self.lens.fill(0);
-        handler(pkt.data_mut(), len, &mut self.lens);
+        handler.handle(pkt.data_mut(), len, &mut self.lens);
         let Some(last) = self.lens.iter().rposition(|&l| l > 0) else {
             self.stats.discarded[input] += 1;
             return;

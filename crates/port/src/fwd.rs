@@ -49,7 +49,8 @@ impl Default for FwdOptions {
 pub struct DirStats {
     pub received: u64,
     pub forwarded: u64,
-    /// Refused by the sending port (TX ring full) and freed.
+    /// Refused by the sending port (TX ring full) and freed; the port
+    /// counts them in its `tx_dropped` too.
     pub dropped: u64,
     pub bytes: u64,
 }
@@ -181,6 +182,7 @@ fn forward(
         s.forwarded += to.tx_batch(txq, batch) as u64;
         if !batch.is_empty() {
             s.dropped += batch.len() as u64;
+            to.tx_refused(txq, batch.len() as u64);
             batch.clear();
         }
     }
@@ -230,5 +232,69 @@ mod tests {
         assert_eq!(d.received, d.forwarded + d.dropped);
         assert_eq!(r.ports[1].tx_packets, d.forwarded);
         assert_eq!(r.dirs[1], DirStats::default());
+    }
+
+    /// A sink that takes every other frame and refuses the rest (a full
+    /// ring); its own counters show the refusals as TX drops.
+    struct HalfSink {
+        inner: Box<dyn Port>,
+        dropped: u64,
+    }
+
+    impl Port for HalfSink {
+        fn name(&self) -> &str {
+            "half"
+        }
+        fn rx_batch(&mut self, _q: usize, _b: &mut Batch) -> usize {
+            0
+        }
+        fn tx_batch(&mut self, q: usize, batch: &mut Batch) -> usize {
+            let take = batch.len().div_ceil(2);
+            let mut first = Batch::new();
+            for p in batch.drain_front(take) {
+                let _ = first.push(p);
+            }
+            self.inner.tx_batch(q, &mut first)
+        }
+        fn tx_refused(&mut self, _q: usize, n: u64) {
+            self.dropped += n;
+        }
+        fn queue_stats(&self, q: usize) -> QueueStats {
+            let mut s = self.inner.queue_stats(q);
+            s.tx_dropped += self.dropped;
+            s
+        }
+        fn mac(&self) -> [u8; 6] {
+            [0; 6]
+        }
+        fn pool(&self) -> &crate::Mempool {
+            self.inner.pool()
+        }
+    }
+
+    #[test]
+    fn frames_a_port_refuses_are_drops_in_the_totals_and_its_counters() {
+        let o = OpenOptions::default();
+        let mut src = open(&"null:size=60".parse().unwrap(), &o).unwrap();
+        let mut sink = HalfSink {
+            inner: open(&"null:".parse().unwrap(), &o).unwrap(),
+            dropped: 0,
+        };
+        let stop = AtomicBool::new(false);
+        let opts = FwdOptions {
+            stats_interval: Duration::ZERO,
+            ..FwdOptions::default()
+        };
+        let r = fwd([&mut *src, &mut sink], &opts, &stop, |r| {
+            if r.dirs[0].received > 5_000 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        })
+        .unwrap();
+        let d = r.dirs[0];
+        assert!(d.dropped > 0, "{d:?}");
+        assert_eq!(d.received, d.forwarded + d.dropped);
+        assert_eq!(r.ports[1].tx_packets, d.forwarded);
+        assert_eq!(r.ports[1].tx_dropped, d.dropped, "the port's own counter");
     }
 }

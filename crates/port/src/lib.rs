@@ -20,7 +20,8 @@
 //!
 //! Counting rule, on every port and queue: every packet handed to
 //! `tx_batch` is either sent (`tx_packets`) or left in the batch for the
-//! caller, who must count it when dropping it; every packet a backend
+//! caller, who must count it when dropping it (and tell the port with
+//! [`Port::tx_refused`], which counts it in `tx_dropped`); every packet a backend
 //! discards itself is counted in `rx_dropped`/`tx_dropped` or
 //! `rx_errors`/`tx_errors`.
 //!
@@ -133,6 +134,14 @@ pub trait Port: Send {
     /// are the port's now). Unsent packets stay in `batch`, in order.
     /// Returns how many were sent.
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize;
+    /// The caller dropped `n` frames this port left in a batch on TX
+    /// queue `queue` (it refused them: ring full, no receive buffer
+    /// posted): the port counts them in its `tx_dropped`, so that its own
+    /// counters show every frame it did not take. Callers that retry
+    /// instead of dropping do not call this.
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        let _ = (queue, n);
+    }
     /// Counters of one queue.
     fn queue_stats(&self, queue: usize) -> QueueStats;
     /// Counters summed over all queues.

@@ -58,6 +58,9 @@ impl<G: Send> Port for Guarded<G> {
     fn tx_batch(&mut self, queue: usize, batch: &mut crate::Batch) -> usize {
         self.port.tx_batch(queue, batch)
     }
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        self.port.tx_refused(queue, n)
+    }
     fn queue_stats(&self, queue: usize) -> crate::QueueStats {
         self.port.queue_stats(queue)
     }

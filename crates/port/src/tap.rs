@@ -205,6 +205,12 @@ impl Port for TapPort {
         sent
     }
 
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        if let Some(q) = self.queues.get_mut(queue) {
+            q.stats.tx_dropped += n;
+        }
+    }
+
     fn queue_stats(&self, queue: usize) -> QueueStats {
         self.queues.get(queue).map(|q| q.stats).unwrap_or_default()
     }

@@ -7,6 +7,11 @@
 //! left behind by a killed test process are swept the next time a test
 //! creates one.
 //!
+//! Skips: a test that cannot run here (no root, a tool missing) prints
+//! `SKIP: why` and passes, so a developer without root sees what did not
+//! run. Under `NFKIT_NO_SKIP=1` (set by `cargo xtask test`, as in CI)
+//! the same skip is a failure: nothing may pass there without running.
+//!
 //! ```no_run
 //! use nfkit_testkit::{require_root, require_tool, TwoHosts};
 //! fn my_test() {
@@ -30,16 +35,45 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-/// Print `SKIP: <reason>` to stderr and return from the test.
+/// The variable under which a skip fails the test (`cargo xtask test`
+/// sets it to 1).
+pub const NO_SKIP_VAR: &str = "NFKIT_NO_SKIP";
+
+/// Whether skips are failures here ([`NO_SKIP_VAR`] set to anything but
+/// empty or `0`).
+pub fn skips_fail() -> bool {
+    no_skip_value(std::env::var(NO_SKIP_VAR).ok().as_deref())
+}
+
+fn no_skip_value(v: Option<&str>) -> bool {
+    v.is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Report that (part of) a test cannot run: `SKIP: <reason>` on stderr,
+/// or, when [`skips_fail`], a panic saying so. For a skipped part of a
+/// test that goes on; [`skip!`] returns from the test.
+pub fn skipping(reason: &str) {
+    skip_or_fail(skips_fail(), reason)
+}
+
+fn skip_or_fail(fail: bool, reason: &str) {
+    if fail {
+        panic!("SKIP is a failure under {NO_SKIP_VAR}=1 (cargo xtask test, CI): {reason}");
+    }
+    eprintln!("SKIP: {reason}");
+}
+
+/// Print `SKIP: <reason>` to stderr and return from the test (under
+/// `NFKIT_NO_SKIP=1`: fail instead).
 #[macro_export]
 macro_rules! skip {
     ($($arg:tt)*) => {{
-        eprintln!("SKIP: {}", format!($($arg)*));
+        $crate::skipping(&format!($($arg)*));
         return;
     }};
 }
 
-/// Skip the test unless running as root.
+/// Skip the test unless running as root (fail under `NFKIT_NO_SKIP=1`).
 #[macro_export]
 macro_rules! require_root {
     () => {
@@ -51,7 +85,8 @@ macro_rules! require_root {
     };
 }
 
-/// Skip the test unless `tool` is on the PATH.
+/// Skip the test unless `tool` is on the PATH (fail under
+/// `NFKIT_NO_SKIP=1`).
 #[macro_export]
 macro_rules! require_tool {
     ($tool:expr) => {
@@ -439,6 +474,20 @@ pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_skip_fails_only_under_no_skip() {
+        for (value, fails) in [
+            (None, false),
+            (Some("0"), false),
+            (Some(""), false),
+            (Some("1"), true),
+        ] {
+            assert_eq!(no_skip_value(value), fails, "{value:?}");
+            let r = std::panic::catch_unwind(|| skip_or_fail(fails, "no root"));
+            assert_eq!(r.is_err(), fails, "{value:?}");
+        }
+    }
 
     #[test]
     fn names_are_unique_short_and_carry_the_pid() {

@@ -356,6 +356,11 @@ impl<N: Notify> Port for NetDevice<N> {
         sent
     }
 
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        if let Some(s) = self.stats.get_mut(queue) {
+            s.tx_dropped += n;
+        }
+    }
     fn queue_stats(&self, queue: usize) -> QueueStats {
         self.stats.get(queue).copied().unwrap_or_default()
     }

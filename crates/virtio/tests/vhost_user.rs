@@ -196,3 +196,116 @@ fn specs_open_through_a_registry_with_the_opener() {
     // Specs this opener does not know pass on to the software backends.
     assert_eq!(reg.open_str("null:", &opts).unwrap().name(), "null:");
 }
+
+/// Frames the backend cannot hand to the frontend (here: none is
+/// connected) are drops in the forwarding totals and in the port's own
+/// TX-dropped counter, not "forwarded" (issue 14 item 12).
+#[test]
+fn frames_the_backend_refuses_are_its_tx_drops() {
+    use nfkit_port::fwd::{fwd, FwdOptions};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut be = backend("refuse", 1);
+    let mut src = nfkit_port::open(
+        &"null:size=60".parse().unwrap(),
+        &nfkit_port::OpenOptions::default(),
+    )
+    .unwrap();
+    let stop = AtomicBool::new(false);
+    let opts = FwdOptions {
+        stats_interval: Duration::ZERO,
+        ..FwdOptions::default()
+    };
+    let r = fwd([&mut *src, &mut be], &opts, &stop, |r| {
+        if r.dirs[0].received > 2_000 {
+            stop.store(true, Ordering::Relaxed);
+        }
+    })
+    .unwrap();
+    let d = r.dirs[0];
+    assert_eq!(d.forwarded, 0, "{d:?}");
+    assert_eq!(d.dropped, d.received);
+    assert_eq!(be.stats().tx_dropped, d.dropped);
+    let _ = std::fs::remove_file(socket_path("refuse"));
+}
+
+/// The socket path: a regular file or a socket another backend answers
+/// on is never removed (the listen is refused, naming why); a stale
+/// socket nobody answers on is replaced (issue 14 item 2).
+#[test]
+fn only_a_stale_socket_is_replaced() {
+    use nfkit_virtio::vhost_user::BackendConfig;
+    let listen = |path: PathBuf| {
+        let dma = SimDma::new();
+        let pool = Mempool::new(&*dma, "b", 256, 2048).unwrap();
+        VhostUserBackend::listen(
+            BackendConfig {
+                name: "vhost-user:x".into(),
+                path,
+                queue_pairs: 1,
+                mac: [2, 0, 0, 0, 0, 1],
+            },
+            pool,
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("precious.txt");
+    std::fs::write(&file, b"user data").unwrap();
+    let e = listen(file.clone()).unwrap_err().to_string();
+    assert!(e.contains("not a socket"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"user data");
+
+    let live = dir.path().join("live.sock");
+    let first = listen(live.clone()).unwrap();
+    let e = listen(live.clone()).unwrap_err().to_string();
+    assert!(e.contains("another process is serving"), "{e}");
+    // the first still serves
+    let mut fe = vhost_user::connect(&live, &FrontendConfig::default()).unwrap();
+    let mut first = first;
+    wait_for("rings", || first.ready(0));
+    exchange(&mut fe, &mut first, 0, 4);
+    drop(fe);
+    drop(first);
+    assert!(!live.exists(), "the port removes its own socket");
+
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let be = listen(stale.clone()).unwrap();
+    drop(be);
+}
+
+/// One frontend at a time: a second one is refused (its connection is
+/// closed, with a log line) while the first keeps working; a frontend
+/// that connects and stays silent is dropped after the set-up timeout so
+/// that another can connect (issue 14 item 2).
+#[test]
+fn extra_and_idle_frontends_do_not_block_the_port() {
+    use std::io::Read;
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut be = backend("extra", 1);
+    let path = socket_path("extra");
+    let mut fe = vhost_user::connect(&path, &FrontendConfig::default()).unwrap();
+    wait_for("rings", || be.ready(0));
+    let mut second = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(second.read(&mut buf).unwrap_or(0), 0, "closed at once");
+    wait_for("the refusal count", || {
+        be.counters().extra_refused.load(Relaxed) == 1
+    });
+    exchange(&mut fe, &mut be, 0, 8);
+    drop(fe);
+    wait_for("disconnect", || !be.connected());
+
+    be.set_setup_timeout(Duration::from_millis(200));
+    let idle = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    wait_for("the idle frontend to be dropped", || {
+        be.counters().idle_dropped.load(Relaxed) == 1 && !be.connected()
+    });
+    drop(idle);
+    let mut fe = vhost_user::connect(&path, &FrontendConfig::default()).unwrap();
+    wait_for("rings", || be.ready(0));
+    exchange(&mut fe, &mut be, 0, 8);
+}

@@ -20,7 +20,7 @@ pub mod queue;
 pub mod scenarios;
 
 pub use agent::AgentNf;
-pub use queue::{QueueNf, QueueNfStats};
+pub use queue::QueueNf;
 
 use crate::verdict::{PortId, Verdict};
 

@@ -10,27 +10,15 @@
 //! Counting, per port: `requested = sent + dropped` (dropped: transmit
 //! ring full, or no buffer for a flood copy); the NF's own counters say
 //! `packets_in = forwarded + dropped`, and `received` here equals the
-//! packets handed to the NF.
+//! packets handed to the NF ([`LoopStats`], shared with the agent adapter;
+//! `discarded` counts the NF's drops per input).
 
 use std::time::Duration;
 
+use nfkit_port::agent::LoopStats;
 use nfkit_port::{Batch, PktBuf, Port};
 
 use crate::verdict::{NetworkFunction, PortId, PortSet, Verdict};
-
-/// Counters of a [`QueueNf`], indexed by NF port.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QueueNfStats {
-    /// Packets received per port (all handed to the NF).
-    pub received: Vec<u64>,
-    /// Packets the NF asked to send per port (a flood counts on each).
-    pub requested: Vec<u64>,
-    pub sent: Vec<u64>,
-    /// Refused by the transmit ring, or no buffer for a copy.
-    pub dropped: Vec<u64>,
-    /// Verdicts naming a port the loop does not have (sent nowhere).
-    pub unrouted: u64,
-}
 
 /// The queue-model loop's buffers and counters (made once, here).
 pub struct QueueNf {
@@ -42,7 +30,7 @@ pub struct QueueNf {
 /// batch so that packets can be drained from one into the other.
 struct Outputs {
     out: Vec<Batch>,
-    stats: QueueNfStats,
+    stats: LoopStats,
 }
 
 impl QueueNf {
@@ -52,18 +40,12 @@ impl QueueNf {
             rx: Batch::new(),
             outs: Outputs {
                 out: (0..ports).map(|_| Batch::new()).collect(),
-                stats: QueueNfStats {
-                    received: vec![0; ports],
-                    requested: vec![0; ports],
-                    sent: vec![0; ports],
-                    dropped: vec![0; ports],
-                    unrouted: 0,
-                },
+                stats: LoopStats::new(ports),
             },
         }
     }
 
-    pub fn stats(&self) -> &QueueNfStats {
+    pub fn stats(&self) -> &LoopStats {
         &self.outs.stats
     }
 
@@ -113,7 +95,10 @@ impl Outputs {
         q: usize,
     ) {
         let (targets, len) = match verdict {
-            Verdict::Drop(_) => return,
+            Verdict::Drop(_) => {
+                self.stats.discarded[input] += 1;
+                return;
+            }
             Verdict::Forward { port, len } => (PortSet::EMPTY.with(port), len),
             Verdict::Flood { ports, len } => (ports.without(input), len),
         };
@@ -162,11 +147,15 @@ impl Outputs {
         if self.out[o].is_empty() {
             return;
         }
+        let left = |b: &Batch| b.len() as u64;
         if let Some(port) = ports.get_mut(o) {
             let txq = q % port.tx_queues().max(1);
             self.stats.sent[o] += port.tx_batch(txq, &mut self.out[o]) as u64;
+            if !self.out[o].is_empty() {
+                port.tx_refused(txq, left(&self.out[o]));
+            }
         }
-        self.stats.dropped[o] += self.out[o].len() as u64;
+        self.stats.dropped[o] += left(&self.out[o]);
         self.out[o].clear();
     }
 }

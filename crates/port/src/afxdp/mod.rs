@@ -583,6 +583,12 @@ impl Port for AfXdpPort {
         n
     }
 
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        if let Some(q) = self.queues.get_mut(queue) {
+            q.stats.tx_dropped += n;
+        }
+    }
+
     fn queue_stats(&self, queue: usize) -> QueueStats {
         let Some(q) = self.queues.get(queue) else {
             return QueueStats::default();

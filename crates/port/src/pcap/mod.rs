@@ -236,6 +236,10 @@ impl Port for PcapPort {
         n
     }
 
+    fn tx_refused(&mut self, _queue: usize, n: u64) {
+        self.stats.tx_dropped += n;
+    }
+
     fn queue_stats(&self, _queue: usize) -> QueueStats {
         self.stats
     }

@@ -117,7 +117,7 @@ pub fn tcp_transfer(a: &Netns, b: &Netns, b_ip: &str) -> bool {
                 "import socket,time\nfor i in range(50):\n try:\n  s=socket.create_connection(('{b_ip}',{port}),timeout=5);break\n except OSError: time.sleep(0.1)\ns.sendall(open('{srcs}','rb').read());s.close()")],
         )
     } else {
-        eprintln!("SKIP: TCP transfer: neither socat nor python3 is installed");
+        nfkit_testkit::skipping("TCP transfer: neither socat nor python3 is installed");
         return false;
     };
     let sv: Vec<&str> = server.iter().map(String::as_str).collect();
@@ -139,7 +139,7 @@ pub fn tcp_transfer(a: &Netns, b: &Netns, b_ip: &str) -> bool {
 /// A short iperf3 TCP run from `a` to `b`; skipped (false) without iperf3.
 pub fn iperf3(a: &Netns, b: &Netns, b_ip: &str) -> bool {
     if !have_tool("iperf3") {
-        eprintln!("SKIP: iperf3 part: iperf3 is not installed");
+        nfkit_testkit::skipping("iperf3 part: iperf3 is not installed");
         return false;
     }
     let server = b.spawn(&["iperf3", "-s", "-1", "-p", "5201"]).unwrap();
@@ -170,7 +170,7 @@ pub fn iperf3(a: &Netns, b: &Netns, b_ip: &str) -> bool {
 /// IP, TCP and UDP InCsumErrors); 0 without nstat.
 pub fn csum_errors(ns: &Netns) -> u64 {
     if !have_tool("nstat") {
-        eprintln!("SKIP: checksum error count: nstat is not installed");
+        nfkit_testkit::skipping("checksum error count: nstat is not installed");
         return 0;
     }
     let out = ns.run(&["nstat", "-az"]).unwrap_or_default();

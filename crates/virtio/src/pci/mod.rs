@@ -361,6 +361,9 @@ impl<T: PciTransport> nfkit_port::Port for PciNet<T> {
     fn tx_batch(&mut self, queue: usize, batch: &mut nfkit_hw::Batch) -> usize {
         self.dev.tx_batch(queue, batch)
     }
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        self.dev.tx_refused(queue, n)
+    }
     fn queue_stats(&self, queue: usize) -> nfkit_port::QueueStats {
         self.dev.queue_stats(queue)
     }

@@ -174,7 +174,16 @@ pub struct BackendCounters {
     pub refused: AtomicU64,
     /// Connections dropped for breaking the protocol.
     pub protocol_errors: AtomicU64,
+    /// Frontends refused because another one was being served.
+    pub extra_refused: AtomicU64,
+    /// Frontends dropped for sending nothing before their rings ran.
+    pub idle_dropped: AtomicU64,
 }
+
+/// How long a connected frontend may stay silent before its rings run
+/// (it then holds the port without using it): default of
+/// [`VhostUserBackend::set_setup_timeout`].
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Shared {
     /// Forget everything a frontend set up.
@@ -196,6 +205,20 @@ struct Shared {
     /// The live connection, to shut it down when the port goes.
     conn: Mutex<Option<UnixStream>>,
     counters: BackendCounters,
+    /// When the live frontend last sent a message (ms since `epoch`),
+    /// and how long it may be silent before its rings run.
+    last_msg_ms: AtomicU64,
+    setup_timeout_ms: AtomicU64,
+    epoch: std::time::Instant,
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+    fn any_ring_live(&self) -> bool {
+        self.vrings.iter().any(|v| v.lock().live())
+    }
 }
 
 /// Settings of a backend port.
@@ -203,7 +226,8 @@ struct Shared {
 pub struct BackendConfig {
     /// Port name (its spec).
     pub name: String,
-    /// Socket path to listen on (replaced if it exists).
+    /// Socket path to listen on. A socket nobody answers on (left by a
+    /// process that died) is replaced; anything else there is refused.
     pub path: PathBuf,
     /// Queue pairs offered (VIRTIO_NET_F_MQ when more than one).
     pub queue_pairs: u16,
@@ -222,6 +246,54 @@ pub struct VhostUserBackend {
     stats: Vec<QueueStats>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
+    /// The socket's (device, inode), to remove only our own on drop.
+    socket_id: Option<(u64, u64)>,
+}
+
+/// Make `path` free for a new socket: nothing there, or a stale socket
+/// (nobody answers on it: removed). A live socket or any other file is
+/// refused, naming why.
+fn claim_socket_path(path: &std::path::Path) -> Result<(), VirtioError> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(VirtioError::VhostUser(format!(
+                "cannot check {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(VirtioError::VhostUser(format!(
+            "{} exists and is not a socket: not removing it (choose another path)",
+            path.display()
+        )));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(VirtioError::VhostUser(format!(
+            "another process is serving {} (a socket that answers): stop it first or choose another path",
+            path.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            tracing::info!(path = %path.display(), "removing a stale vhost-user socket nobody answers on");
+            std::fs::remove_file(path).map_err(|e| {
+                VirtioError::VhostUser(format!("removing the stale socket {}: {e}", path.display()))
+            })
+        }
+        Err(e) => Err(VirtioError::VhostUser(format!(
+            "{} is a socket that cannot be checked ({e}): not removing it",
+            path.display()
+        ))),
+    }
+}
+
+fn socket_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl std::fmt::Debug for VhostUserBackend {
@@ -238,10 +310,11 @@ impl VhostUserBackend {
     /// `pool`.
     pub fn listen(cfg: BackendConfig, pool: Mempool) -> Result<Self, VirtioError> {
         let pairs = cfg.queue_pairs.max(1);
-        let _ = std::fs::remove_file(&cfg.path);
+        claim_socket_path(&cfg.path)?;
         let listener = UnixListener::bind(&cfg.path).map_err(|e| {
             VirtioError::VhostUser(format!("listening on {}: {e}", cfg.path.display()))
         })?;
+        let socket_id = socket_id(&cfg.path);
         listener
             .set_nonblocking(true)
             .map_err(|e| VirtioError::VhostUser(format!("socket: {e}")))?;
@@ -253,6 +326,9 @@ impl VhostUserBackend {
             stop: AtomicBool::new(false),
             conn: Mutex::new(None),
             counters: BackendCounters::default(),
+            last_msg_ms: AtomicU64::new(0),
+            setup_timeout_ms: AtomicU64::new(SETUP_TIMEOUT.as_millis() as u64),
+            epoch: std::time::Instant::now(),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -268,7 +344,16 @@ impl VhostUserBackend {
             stats: vec![QueueStats::default(); pairs as usize],
             thread: Some(thread),
             path: cfg.path,
+            socket_id,
         })
+    }
+
+    /// How long a connected frontend may send nothing before its rings
+    /// run; it is then disconnected so that another can connect.
+    pub fn set_setup_timeout(&self, t: Duration) {
+        self.shared
+            .setup_timeout_ms
+            .store(t.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Whether a frontend is connected.
@@ -298,13 +383,43 @@ impl Drop for VhostUserBackend {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        // Only our own socket: another process may have put its own there.
+        if self.socket_id.is_some() && socket_id(&self.path) == self.socket_id {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
-/// Accept frontends one after another until the port is dropped.
+/// Accept frontends until the port is dropped. One is served at a time
+/// (by a worker thread); one that connects meanwhile is refused with a
+/// log line, and a served one that stays silent before its rings run
+/// longer than the set-up timeout is disconnected.
 fn serve(listener: UnixListener, shared: Arc<Shared>) {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<UnixStream>(0);
+    let busy = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (shared, busy) = (shared.clone(), busy.clone());
+        std::thread::spawn(move || {
+            for stream in rx {
+                serve_connection(stream, &shared, &busy);
+            }
+        })
+    };
     while !shared.stop.load(Ordering::Acquire) {
+        if busy.load(Ordering::Acquire) && !shared.any_ring_live() {
+            let silent = shared
+                .now_ms()
+                .saturating_sub(shared.last_msg_ms.load(Ordering::Relaxed));
+            if silent > shared.setup_timeout_ms.load(Ordering::Relaxed) {
+                if let Some(c) = shared.conn.lock().take() {
+                    shared.counters.idle_dropped.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "vhost-user: the frontend sent nothing for {silent} ms before its rings ran: disconnecting it"
+                    );
+                    let _ = c.shutdown(std::net::Shutdown::Both);
+                }
+            }
+        }
         let stream = match listener.accept() {
             Ok((s, _)) => s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -317,18 +432,43 @@ fn serve(listener: UnixListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        if busy.load(Ordering::Acquire) {
+            shared
+                .counters
+                .extra_refused
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "vhost-user: a second frontend connected while one is served: refused (one frontend per port)"
+            );
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            continue;
+        }
         if stream.set_nonblocking(false).is_err() {
             continue;
         }
+        busy.store(true, Ordering::Release);
+        shared.last_msg_ms.store(shared.now_ms(), Ordering::Relaxed);
         *shared.conn.lock() = stream.try_clone().ok();
-        shared.counters.connections.fetch_add(1, Ordering::Relaxed);
-        shared.connected.store(true, Ordering::Release);
-        serve_one(stream, &shared);
-        shared.connected.store(false, Ordering::Release);
-        *shared.conn.lock() = None;
-        // The frontend is gone: forget what it set up.
-        shared.reset();
+        if tx.send(stream).is_err() {
+            break;
+        }
     }
+    drop(tx);
+    let _ = worker.join();
+}
+
+/// One frontend, from connection to disconnection.
+fn serve_connection(stream: UnixStream, shared: &Arc<Shared>, busy: &AtomicBool) {
+    shared.counters.connections.fetch_add(1, Ordering::Relaxed);
+    shared.connected.store(true, Ordering::Release);
+    serve_one(stream, shared);
+    *shared.conn.lock() = None;
+    // The frontend is gone: forget what it set up, then take the next
+    // (free before saying so: whoever saw `connected` go false may
+    // connect at once).
+    shared.reset();
+    busy.store(false, Ordering::Release);
+    shared.connected.store(false, Ordering::Release);
 }
 
 fn serve_one(stream: UnixStream, shared: &Arc<Shared>) {
@@ -337,7 +477,9 @@ fn serve_one(stream: UnixStream, shared: &Arc<Shared>) {
     }));
     let mut conn = BackendReqHandler::from_stream(stream, handler);
     loop {
-        match conn.handle_request() {
+        let r = conn.handle_request();
+        shared.last_msg_ms.store(shared.now_ms(), Ordering::Relaxed);
+        match r {
             Ok(()) => {}
             // Our own refusal, already answered: the stream is in step.
             Err(VuError::ReqHandlerError(e)) => {
@@ -781,6 +923,11 @@ impl Port for VhostUserBackend {
         sent
     }
 
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        if let Some(s) = self.stats.get_mut(queue) {
+            s.tx_dropped += n;
+        }
+    }
     fn queue_stats(&self, queue: usize) -> QueueStats {
         self.stats.get(queue).copied().unwrap_or_default()
     }

@@ -1,0 +1,204 @@
+//! The host kernel as the far end of nfkit's VXLAN tunnel. Namespace A
+//! (overlay 10.98.0.1/24) talks to namespace B's kernel `vxlan` device
+//! (VNI 42, overlay 10.98.0.2/24, underlay 192.168.98.2) through nfkit:
+//! A's frames are encapsulated (VXLANEncap, IPEncap, EtherEncap) onto
+//! B's underlay veth; B's VXLAN packets are decapsulated (BPF selects
+//! them, VXLANDecap) back to A; B's ARP for nfkit's underlay address is
+//! answered by ArpResponder. A's overlay MTU is the underlay's minus the
+//! 50 bytes of VXLAN over IPv4, as on any VXLAN link (the kernel gives
+//! its own vxlan device the same).
+//!
+//! Checks: ping, a 2 MB file over TCP arrives with the same SHA-256,
+//! B's kernel counts no checksum errors (`nstat`), `tshark` dissects
+//! every outer frame nfkit sent as VXLAN (VNI 42) with a good IPv4
+//! checksum, nfkit drops nothing it encapsulated or decapsulated.
+
+use nfkit_pipeline::parse;
+use nfkit_port::{OpenOptions, PortSpec};
+use nfkit_testkit::{offloads_off, require_root, require_tool, Netns, Veth};
+use std::time::Duration;
+
+fn mac_of(ns: &Netns, dev: &str) -> String {
+    let out = ns.run(&["ip", "link", "show", "dev", dev]).unwrap();
+    out.split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .expect("an Ethernet address")
+        .to_string()
+}
+
+/// `nstat` counter `name` in `ns` (absolute), 0 if absent.
+fn nstat(ns: &Netns, name: &str) -> u64 {
+    let out = ns.run(&["nstat", "-az", name]).unwrap_or_default();
+    out.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// MAC bytes as the little-endian integer SetMetadata writes.
+fn mac_le(mac: &str) -> u64 {
+    let b: Vec<u64> = mac
+        .split(':')
+        .map(|x| u64::from_str_radix(x, 16).unwrap())
+        .collect();
+    b.iter().rev().fold(0, |v, x| v << 8 | x)
+}
+
+#[test]
+fn kernel_vxlan_is_the_far_end_of_nfkit_tunnel() {
+    require_root!();
+    for t in ["ping", "socat", "sha256sum", "head", "nstat", "tshark"] {
+        require_tool!(t);
+    }
+    let (a, b) = (Netns::new().unwrap(), Netns::new().unwrap());
+    let mut va = Veth::new().unwrap();
+    va.move_a(&a, "10.98.0.1/24").unwrap();
+    let mut vb = Veth::new().unwrap();
+    vb.move_a(&b, "192.168.98.2/24").unwrap();
+    offloads_off(&a, &va.a).unwrap();
+    offloads_off(&b, &vb.a).unwrap();
+    a.run(&["ip", "link", "set", "dev", &va.a, "mtu", "1450"])
+        .unwrap();
+    if b.run(&[
+        "ip",
+        "link",
+        "add",
+        "vx0",
+        "type",
+        "vxlan",
+        "id",
+        "42",
+        "remote",
+        "192.168.98.1",
+        "local",
+        "192.168.98.2",
+        "dstport",
+        "4789",
+        "dev",
+        &vb.a,
+    ])
+    .is_err()
+    {
+        nfkit_testkit::skip!("this kernel has no vxlan devices");
+    }
+    b.run(&["ip", "addr", "add", "10.98.0.2/24", "dev", "vx0"])
+        .unwrap();
+    b.run(&["ip", "link", "set", "vx0", "up"]).unwrap();
+    let mac_b = mac_of(&b, &vb.a);
+    let nfkit_mac = "02:00:00:98:00:01";
+    let src = format!(
+        r#"
+port pa = "afpacket:{ha}"
+port pb = "afpacket:{hb}"
+outa::PortOut(port=pa)
+outb::PortOut(port=pb)
+PortInc(port=pa)
+  -> SetMetadata(attribute=tun_ip_src, size=4, value=0x0162a8c0)
+  -> SetMetadata(attribute=tun_ip_dst, size=4, value=0x0262a8c0)
+  -> SetMetadata(attribute=tun_id, size=4, value=0x2a000000)
+  -> SetMetadata(attribute=ether_src, size=6, value={src_mac})
+  -> SetMetadata(attribute=ether_dst, size=6, value={dst_mac})
+  -> enc::VXLANEncap() -> IPEncap() -> eth::EtherEncap() -> outb
+PortInc(port=pb) -> sel::BPF(gates=3, filters=[(filter="udp dst port 4789", gate=1), (filter="arp", gate=2)])
+sel:1 -> dec::VXLANDecap() -> outa
+sel:2 -> ArpResponder(ip="192.168.98.1", mac_addr="{nfkit_mac}") -> outb
+"#,
+        ha = va.b,
+        hb = vb.b,
+        src_mac = mac_le(nfkit_mac),
+        dst_mac = mac_le(&mac_b),
+    );
+    let mut p = parse(&src, "vxlan.nfk")
+        .unwrap()
+        .build(&|s| nfkit_port::open(&s.parse::<PortSpec>().unwrap(), &OpenOptions::default()))
+        .unwrap();
+    // Every outer frame nfkit sends, captured for tshark to judge.
+    let dir = tempfile::tempdir().unwrap();
+    let outer = dir.path().join("outer.pcap");
+    p.capture("eth", 0, "cap", &outer).unwrap();
+    p.start().unwrap();
+    let csum_before = nstat(&b, "UdpInCsumErrors") + nstat(&b, "TcpInCsumErrors");
+
+    let ok = (0..10).any(|_| {
+        a.command(&["ping", "-c", "1", "-W", "1", "10.98.0.2"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !ok {
+        let stats = p.pause().map(|_| p.stats());
+        panic!("no ping through nfkit's VXLAN and the kernel's vxlan device: {stats:#?}");
+    }
+
+    // A 2 MB file from A to B over TCP, hashed on both sides.
+    let (sent, got) = (dir.path().join("sent"), dir.path().join("got"));
+    std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("head -c 2000000 /dev/urandom > {}", sent.display()),
+        ])
+        .status()
+        .unwrap();
+    let server = b
+        .spawn(&[
+            "socat",
+            "-u",
+            "TCP-LISTEN:9100,reuseaddr",
+            &format!("CREATE:{}", got.display()),
+        ])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    a.run(&[
+        "socat",
+        "-u",
+        &format!("OPEN:{}", sent.display()),
+        "TCP:10.98.0.2:9100,connect-timeout=5",
+    ])
+    .unwrap();
+    server.wait(Duration::from_secs(20)).unwrap();
+    let hash = |p: &std::path::Path| {
+        let o = std::process::Command::new("sha256sum")
+            .arg(p)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(hash(&sent), hash(&got), "the file arrived byte for byte");
+    let csum_after = nstat(&b, "UdpInCsumErrors") + nstat(&b, "TcpInCsumErrors");
+    assert_eq!(csum_after, csum_before, "B's kernel saw no checksum errors");
+
+    let stats = p.shutdown().unwrap();
+    {
+        let tshark = |filter: &str| {
+            let o = std::process::Command::new("tshark")
+                .args(["-n", "-o", "ip.check_checksum:TRUE", "-r"])
+                .arg(&outer)
+                .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "tshark: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            String::from_utf8_lossy(&o.stdout).lines().count()
+        };
+        let all = tshark("frame");
+        assert!(all >= 1400, "{all} outer frames captured");
+        assert_eq!(
+            tshark("vxlan && vxlan.vni == 42 && ip.checksum.status == \"Good\""),
+            all
+        );
+        assert_eq!(tshark("_ws.malformed || _ws.expert.severity >= error"), 0);
+    }
+    // 2 MB in segments of at most 1398 bytes one way, ACKs the other.
+    for (m, least) in [("enc", 1400), ("dec", 100)] {
+        let s = stats.module(m).unwrap();
+        assert_eq!(s.dropped, 0, "{m} dropped nothing: {s:?}");
+        assert!(s.sent() >= least, "{m} carried the transfer: {s:?}");
+    }
+}
