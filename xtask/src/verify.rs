@@ -124,7 +124,8 @@ pub fn miri_deps() -> Result<()> {
 }
 
 /// miri over the code whose logic does not touch real hardware
-/// ([`MIRI_RUNS`]): built first, then run, about 3 minutes of runs.
+/// ([`MIRI_RUNS`]): built first, then run (each run's time is printed;
+/// the longest are the packet views and the flow table's proptests).
 pub fn miri() -> Result<()> {
     miri_deps()?;
     let miri_cargo = |args: &[&str], build_only: bool| {
