@@ -10,10 +10,12 @@
 //! - [`nfs`]: every NF on both models over simulated 82599s;
 //! - [`ports`], [`vhost`], [`pipeline`]: nfkit against dpdk-testpmd on
 //!   the same wiring ([`testpmd`] is the harness);
-//! - [`traffic`]: the many-flow shaper's accuracy and cost (issue 21).
+//! - [`traffic`]: the many-flow shaper's accuracy and cost (issue 21);
+//! - [`classify`]: the rule-table classifiers against table size (issue 20).
 #![forbid(unsafe_code)]
 
 pub mod callgrind;
+pub mod classify;
 pub mod drivers;
 pub mod nfs;
 pub mod pipeline;

@@ -85,6 +85,17 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         seconds: u64,
     },
+    /// Cycles per packet of ExactMatch, WildcardMatch, IPLookup, ACL and
+    /// BPF against table size (1k, 64k, 1M entries where the class
+    /// allows), one core (issue 20).
+    Classify {
+        /// Packets per case (the linear ACL and BPF cases take fewer).
+        #[arg(long, default_value_t = 2_000_000)]
+        packets: usize,
+        /// Only the 1k-entry cases (a smoke run).
+        #[arg(long)]
+        quick: bool,
+    },
     /// (internal) the lock-step run measured under callgrind.
     #[command(hide = true)]
     BenchLockstep {
@@ -129,6 +140,7 @@ fn main() -> Result<()> {
         }
         Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
         Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
+        Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
         Cmd::Nfs {
             seconds,
             packets,

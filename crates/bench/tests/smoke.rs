@@ -84,3 +84,16 @@ fn traffic_prints_a_row_per_flow_count() {
     }
     assert!(text.contains("targets: accuracy >= 0.999"), "{text}");
 }
+
+#[test]
+fn bench_classify_prints_every_class() {
+    let text = bench(&["classify", "--quick", "--packets", "20000"]);
+    for class in ["ExactMatch", "WildcardMatch", "IPLookup", "ACL", "BPF"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(class))
+            .unwrap_or_else(|| panic!("no row for {class}:\n{text}"));
+        let cycles: f64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert!(cycles > 0.0, "{line}");
+    }
+}

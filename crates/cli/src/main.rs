@@ -106,6 +106,22 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<u64>,
     },
+    /// A long-running pipeline driven over gRPC, wire-compatible with
+    /// BESS's bess.pb.BESSControl (pybess, bessctl). Stops on SIGTERM/SIGINT.
+    Daemon {
+        /// Unix socket to listen on (mode 0660).
+        #[arg(long)]
+        socket: Option<std::path::PathBuf>,
+        /// Also listen on TCP HOST:PORT (BESS tools use localhost:10514).
+        #[arg(long)]
+        grpc_url: Option<String>,
+        /// Allow a --grpc-url that is not a loopback address.
+        #[arg(long)]
+        allow_remote: bool,
+        /// Largest request accepted, in bytes.
+        #[arg(long, default_value_t = nfkit_lab::daemon::DEFAULT_MAX_REQUEST)]
+        max_request: usize,
+    },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
@@ -190,6 +206,18 @@ fn main() -> Result<()> {
         }
         Cmd::Bench { args } => std::process::exit(nfkit::bench::run(&args)?),
         Cmd::Run { file, seconds } => print!("{}", nfkit_lab::run::run(&file, seconds)?),
+        Cmd::Daemon {
+            socket,
+            grpc_url,
+            allow_remote,
+            max_request,
+        } => nfkit_lab::daemon::run(nfkit_lab::daemon::Options {
+            socket,
+            grpc_url,
+            allow_remote,
+            max_request,
+            ..Default::default()
+        })?,
         Cmd::Doctor => {
             use nfkit_lab::doctor::{checks, failures, report, System};
             let checks = checks(&System::live());

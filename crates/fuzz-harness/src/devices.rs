@@ -151,3 +151,59 @@ pub fn descriptor_chain(data: &[u8]) {
         let _ = q.publish_used();
     }
 }
+
+/// nfkit's TPACKET_V2/V3 rings against a kernel that writes anything:
+/// the first byte picks the version; then each op writes bytes anywhere
+/// in the rings (slot headers, block descriptors, status words, offsets)
+/// or takes received frames / pushes a frame to send. Every frame handed
+/// over must be a slice inside the mapping (the borrow checker keeps it
+/// there; the walk must not panic or loop).
+pub fn afpacket_ring(data: &[u8]) {
+    use nfkit_port::afpacket::ring::Rings;
+    use nfkit_port::spec::TpacketVersion;
+    let Some((&cfg, ops)) = data.split_first() else {
+        return;
+    };
+    let version = if cfg & 1 == 0 {
+        TpacketVersion::V2
+    } else {
+        TpacketVersion::V3 { block_ms: 1 }
+    };
+    let Ok(mut rings) = Rings::anonymous(version, 32, 16) else {
+        return;
+    };
+    let len = rings.mapped_len();
+    let mut rest = ops;
+    while let Some((&op, r)) = rest.split_first() {
+        rest = r;
+        match op % 4 {
+            0 | 1 => {
+                // [offset: 3 bytes][n][n bytes]
+                if rest.len() < 4 {
+                    break;
+                }
+                let off =
+                    usize::from(rest[0]) << 16 | usize::from(rest[1]) << 8 | usize::from(rest[2]);
+                let n = usize::from(rest[3]).min(rest.len() - 4);
+                let _ = rings.kernel_write(off % len, &rest[4..4 + n]);
+                rest = &rest[4 + n..];
+            }
+            2 => {
+                for _ in 0..64 {
+                    let mut got = None;
+                    if !rings.rx_next(|f| got = Some((f.data.len(), f.wire_len))) {
+                        break;
+                    }
+                    // An empty V3 block is given back without a frame.
+                    if let Some((n, _wire)) = got {
+                        assert!(n <= len);
+                    }
+                }
+            }
+            _ => {
+                let _ = rings.tx_push(&[0x5a; 60]);
+                let _ = rings.tx_waiting();
+            }
+        }
+    }
+}

@@ -15,10 +15,11 @@
 //! `nfkit-virtio`.
 //!
 //! The commands' work is here too, for the command crate to call: [`fwd`],
-//! [`demo`], [`nf`] (with [`forms`]: NFs on simulated 82599s in each
+//! [`demo`], [`daemon`], [`nf`] (with [`forms`]: NFs on simulated 82599s in each
 //! driver model), [`pktgen`], [`run`] and [`doctor`].
 #![forbid(unsafe_code)]
 
+pub mod daemon;
 pub mod demo;
 pub mod doctor;
 pub mod forms;

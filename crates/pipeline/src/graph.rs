@@ -6,7 +6,7 @@
 //! per worker.
 
 use crate::counters::{GateCounters, ModuleCounters};
-use crate::metadata::{assign_offsets, Attr, AttrSpec, MetaNode, MetadataError};
+use crate::metadata::{assign_offsets_with, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
 use crate::ports::{Dir, Owners, QueueConflict};
 use crate::runtime::{Runtime, Slot, Wiring};
@@ -165,6 +165,8 @@ pub struct Graph {
     pub(crate) workers: Vec<WorkerSpec>,
     pub(crate) tcs: Vec<TcSpec>,
     pub(crate) attachments: Vec<Attachment>,
+    /// See [`Graph::allow_unwritten_reads`].
+    unwritten_reads_ok: bool,
     /// Modules with an entry in `attachments`.
     attached: HashSet<ModuleId>,
     /// Index in `tcs` of the first class of each name.
@@ -742,7 +744,7 @@ impl Graph {
                 },
             })
             .collect();
-        Ok(assign_offsets(&meta)?)
+        Ok(assign_offsets_with(&meta, self.unwritten_reads_ok)?)
     }
 
     /// For each module, the worker whose tasks push packets into it.
@@ -869,5 +871,138 @@ impl Graph {
             deepest = deepest.max(below[m]);
         }
         Ok(deepest)
+    }
+}
+
+/// Removing classes, attachments and workers (for a control plane that
+/// changes a running pipeline: `nfkit daemon`).
+impl Graph {
+    /// Accept modules that read a metadata attribute no upstream module
+    /// writes (their reads see zero) instead of refusing the commit: a
+    /// control plane builds a graph one module at a time, as BESS does.
+    pub fn allow_unwritten_reads(&mut self, ok: bool) {
+        self.unwritten_reads_ok = ok;
+    }
+
+    /// Remove traffic class `name`. Refused while a class or a task is
+    /// under it.
+    pub fn remove_tc(&mut self, name: &str) -> Result<(), GraphError> {
+        let i = self
+            .tcs
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| GraphError::NoTc {
+                class: name.into(),
+                worker: "any".into(),
+            })?;
+        let w = self.tcs[i].worker;
+        let child = self
+            .tcs
+            .iter()
+            .filter(|t| t.worker == w && t.parent == name)
+            .map(|t| t.name.clone())
+            .chain(
+                self.attachments
+                    .iter()
+                    .filter(|a| a.worker == w && a.parent == name)
+                    .filter_map(|a| self.nodes[a.module].as_ref().map(|n| n.name.clone())),
+            )
+            .next();
+        if let Some(child) = child {
+            return Err(GraphError::Tc(TcError::Placement {
+                class: name.into(),
+                msg: format!("`{child}` is still under it; move or remove it first"),
+            }));
+        }
+        self.tcs.remove(i);
+        self.tc_names.clear();
+        for (j, t) in self.tcs.iter().enumerate() {
+            self.tc_names.entry(t.name.clone()).or_insert(j);
+        }
+        self.scratch.clear();
+        Ok(())
+    }
+
+    /// Put `module`'s task back under the first worker's root (the
+    /// default for unattached tasks).
+    pub fn detach(&mut self, module: &str) -> Result<(), GraphError> {
+        let id = self.id(module)?;
+        if self.attached.remove(&id) {
+            self.attachments.retain(|a| a.module != id);
+            self.scratch.clear();
+        }
+        Ok(())
+    }
+
+    /// Worker names and cores, in order.
+    pub fn worker_list(&self) -> Vec<(String, Option<usize>)> {
+        self.workers
+            .iter()
+            .map(|w| (w.name.clone(), w.core))
+            .collect()
+    }
+
+    /// Traffic classes (not leaves): (name, worker index, parent, policy).
+    pub fn tc_list(&self) -> Vec<(String, usize, String, PolicySpec, Placement)> {
+        self.tcs
+            .iter()
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    t.worker,
+                    t.parent.clone(),
+                    t.policy,
+                    t.placement,
+                )
+            })
+            .collect()
+    }
+
+    /// Task attachments: (module, worker index, parent class).
+    pub fn attachment_list(&self) -> Vec<(String, usize, String)> {
+        self.attachments
+            .iter()
+            .filter_map(|a| {
+                self.nodes[a.module]
+                    .as_ref()
+                    .map(|n| (n.name.clone(), a.worker, a.parent.clone()))
+            })
+            .collect()
+    }
+
+    /// Remove the last worker (workers keep their indices, so only the
+    /// last can go). Refused while a class or task is on it.
+    pub(crate) fn remove_last_worker(&mut self, name: &str) -> Result<(), GraphError> {
+        let w = self.worker_index(name)?;
+        if w + 1 != self.workers.len() || w == 0 {
+            return Err(GraphError::Tc(TcError::Placement {
+                class: name.into(),
+                msg: "only the most recently added worker (not the first) can be removed".into(),
+            }));
+        }
+        let busy = self.tcs.iter().any(|t| t.worker == w)
+            || self
+                .attachments
+                .iter()
+                .any(|a| a.worker == w && self.nodes[a.module].is_some());
+        if busy {
+            return Err(GraphError::Tc(TcError::Placement {
+                class: name.into(),
+                msg: "the worker still has classes or tasks".into(),
+            }));
+        }
+        let gone: Vec<ModuleId> = self
+            .attachments
+            .iter()
+            .filter(|a| a.worker == w)
+            .map(|a| a.module)
+            .collect();
+        for id in gone {
+            self.attached.remove(&id);
+        }
+        self.attachments.retain(|a| a.worker != w);
+        self.workers.pop();
+        self.scratch.clear();
+        Ok(())
     }
 }

@@ -183,12 +183,23 @@ pub struct MetaNode {
 
 /// Offsets for every node's attributes, in declaration order.
 pub fn assign_offsets(nodes: &[MetaNode]) -> Result<Vec<Vec<Attr>>, MetadataError> {
+    assign_offsets_with(nodes, false)
+}
+
+/// [`assign_offsets`]; with `unwritten_reads_ok`, a module that only
+/// reads an attribute no upstream module writes is not an error: its
+/// reads see zero ([`Attr::UNUSED`]), as BESS lets a graph being built
+/// module by module have such readers for a while.
+pub fn assign_offsets_with(
+    nodes: &[MetaNode],
+    unwritten_reads_ok: bool,
+) -> Result<Vec<Vec<Attr>>, MetadataError> {
     let sizes = check_sizes(nodes)?;
     let mut comps = Vec::new();
     // (node, attr index) -> component index
     let mut member: BTreeMap<(usize, usize), usize> = BTreeMap::new();
     for (attr, &size) in &sizes {
-        for c in components_of(nodes, attr, size)? {
+        for c in components_of(nodes, attr, size, unwritten_reads_ok)? {
             for &(n, i) in &c.members {
                 member.insert((n, i), comps.len());
             }
@@ -290,6 +301,7 @@ fn components_of(
     nodes: &[MetaNode],
     attr: &str,
     size: usize,
+    unwritten_reads_ok: bool,
 ) -> Result<Vec<Component>, MetadataError> {
     let access = |n: usize| {
         nodes[n]
@@ -315,10 +327,13 @@ fn components_of(
             lifetimes.insert(w, life);
         }
     }
-    if let Some(&r) = users
-        .iter()
-        .find(|&&n| access(n).is_some_and(|(_, a)| a.reads()) && !reached.contains(n))
-    {
+    let unwritten = |n: usize| access(n).is_some_and(|(_, a)| a.reads()) && !reached.contains(n);
+    let mut users = users;
+    if unwritten_reads_ok {
+        // Pure readers nobody writes for get no offset (read as zero).
+        users.retain(|&n| !unwritten(n) || access(n).is_some_and(|(_, a)| a.writes()));
+    }
+    if let Some(&r) = users.iter().find(|&&n| unwritten(n)) {
         return Err(MetadataError::NoWriter {
             module: nodes[r].name.clone(),
             attr: attr.to_string(),

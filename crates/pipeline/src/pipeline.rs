@@ -474,6 +474,42 @@ impl Pipeline {
         }
     }
 
+    /// Forget a port recorded with [`Pipeline::add_port`] (statistics no
+    /// longer show it); returns it.
+    pub fn remove_port(&mut self, name: &str) -> Option<SharedPort> {
+        let i = self.ports.iter().position(|(n, _)| n == name)?;
+        Some(self.ports.remove(i).1)
+    }
+
+    /// Remove worker `name` and end its thread. Only the most recently
+    /// added worker can go, and only once no class or task is on it.
+    pub fn remove_worker(&mut self, name: &str) -> Result<(), PipelineError> {
+        let was_running = self.running;
+        self.pause()?;
+        if let Some(states) = self.parked.take() {
+            self.graph
+                .restore(states.into_iter().map(|s| s.runtime).collect());
+        }
+        let removed = self.graph.remove_last_worker(name);
+        let n = self.graph.workers.len();
+        if removed.is_ok() {
+            while self.threads.len() > n {
+                let mut t = self.threads.pop().expect("len checked");
+                let (dead_tx, _) = mpsc::channel();
+                t.cmd = dead_tx;
+                if let Some(h) = t.handle.take() {
+                    let _ = h.join();
+                }
+            }
+            self.sched_counters.truncate(n);
+        }
+        self.commit()?;
+        if was_running {
+            self.start()?;
+        }
+        Ok(removed?)
+    }
+
     /// Stop the workers and end their threads.
     pub fn shutdown(mut self) -> Result<PipelineStats, PipelineError> {
         self.pause()?;

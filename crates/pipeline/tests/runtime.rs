@@ -232,6 +232,71 @@ fn a_worker_on_a_missing_core_is_an_error_naming_it() {
     );
 }
 
+#[test]
+fn classes_tasks_and_the_last_worker_can_be_removed_at_run_time() {
+    let src = "worker a\nworker b\ntc rl = rate_limit(worker=b, resource=packet, limit=1M)\ns::Source() -> Sink()\ns.attach(tc=rl)\n";
+    let mut p = build(src, Arc::new(RealClock::default()));
+    p.start().unwrap();
+    // Busy: the class has a task, the worker has a class.
+    assert!(p.edit(|g| g.remove_tc("rl")).is_err());
+    p.edit(|_| Ok(())).unwrap();
+    p.start().unwrap();
+    assert!(p.remove_worker("b").is_err());
+    assert!(p.is_running());
+    p.edit(|g| {
+        g.detach("s")?;
+        g.remove_tc("rl")
+    })
+    .unwrap();
+    assert!(p.graph().tc_list().is_empty());
+    p.remove_worker("b").unwrap();
+    assert!(p.is_running(), "resumed after removing the worker");
+    assert_eq!(p.graph().worker_list().len(), 1);
+    assert!(p.remove_worker("a").is_err(), "the first worker stays");
+    std::thread::sleep(Duration::from_millis(20));
+    let s = p.shutdown().unwrap();
+    assert!(s.module("s").unwrap().created > 0, "{s}");
+}
+
+#[test]
+fn a_reader_without_a_writer_is_refused_unless_allowed() {
+    use nfkit_pipeline::Graph;
+    let mut g = Graph::new();
+    g.add_module("lat", Box::new(Measure::new())).unwrap();
+    let e = Pipeline::new(g, VirtualClock::new()).err().unwrap();
+    assert!(e.to_string().contains("no upstream writer"), "{e}");
+    let mut g = Graph::new();
+    g.allow_unwritten_reads(true);
+    g.add_module("lat", Box::new(Measure::new())).unwrap();
+    let mut p = Pipeline::new(g, VirtualClock::new()).unwrap();
+    // A writer arrives later: the reader gets its offset.
+    p.edit(|g| {
+        g.add_module("ts", Box::new(Timestamp::new()))?;
+        g.connect("ts", 0, "lat", 0)
+    })
+    .unwrap();
+}
+
+#[test]
+fn packets_for_an_unconnected_gate_do_not_starve_the_connected_ones() {
+    use nfkit_pipeline::modules::{Replicate, Sink, Source};
+    use nfkit_pipeline::Graph;
+    let pool = nfkit_port::software_pool("t", 1024).unwrap();
+    let mut g = Graph::new();
+    g.add_module("src", Box::new(Source::new(pool.clone(), &[], 60, 32)))
+        .unwrap();
+    g.add_module("rep", Box::new(Replicate::new(2))).unwrap();
+    g.add_module("sink", Box::new(Sink::new(&pool))).unwrap();
+    g.connect("src", 0, "rep", 0).unwrap();
+    g.connect("rep", 0, "sink", 0).unwrap();
+    // rep:1 is unconnected: its copies are dropped, every round.
+    let mut p = Pipeline::new(g, VirtualClock::new()).unwrap();
+    p.step(20).unwrap();
+    let s = p.stats();
+    assert_eq!(s.module("sink").unwrap().consumed, 20 * 32, "{s}");
+    assert_eq!(s.module("rep").unwrap().dropped, 20 * 32, "{s}");
+}
+
 /// Packets sent to an unconnected gate must not cost the worker one of
 /// its spare batches: after many such drops, a deep chain still carries
 /// every packet (it used to lose a spare per drop and then drop deep).

@@ -276,6 +276,8 @@ pub struct Rings {
     layout: &'static Layout,
     rx: Rx,
     tx: Slots,
+    /// Private memory, no socket ([`Rings::anonymous`]).
+    anonymous: bool,
 }
 
 impl Rings {
@@ -308,8 +310,58 @@ impl Rings {
         }
         // RX first, then TX, as packet_mmap lays them out.
         let map = Mapping::file(fd, rx.bytes() + tx.bytes(), 0)?;
+        Ok(Rings::over(map, version, &rx, &tx, false))
+    }
+
+    /// Rings in private anonymous memory, with no socket behind them: for
+    /// tests and fuzzing, which play the kernel with
+    /// [`Rings::kernel_write`].
+    #[doc(hidden)]
+    pub fn anonymous(version: Version, rx_slots: usize, tx_slots: usize) -> io::Result<Rings> {
+        let block_ms = match version {
+            Version::V2 => 0,
+            Version::V3 { block_ms } => block_ms,
+        };
+        let rx = TpacketReq3::for_slots(rx_slots, block_ms);
+        let tx = TpacketReq3::for_slots(tx_slots, 0);
+        let map = Mapping::anonymous(rx.bytes() + tx.bytes())?;
+        Ok(Rings::over(map, version, &rx, &tx, true))
+    }
+
+    /// Bytes of the mapping (RX ring, then TX ring).
+    #[doc(hidden)]
+    pub fn mapped_len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Write `bytes` at `off` as the kernel would (any slot, block or
+    /// status word). Only for [`Rings::anonymous`] rings; false (nothing
+    /// written) for a socket's rings or outside the mapping.
+    #[doc(hidden)]
+    pub fn kernel_write(&mut self, off: usize, bytes: &[u8]) -> bool {
+        if !self.anonymous
+            || off
+                .checked_add(bytes.len())
+                .is_none_or(|e| e > self.map.len())
+        {
+            return false;
+        }
+        // SAFETY: inside the mapping (checked), which is private anonymous
+        // memory no kernel or other thread writes; `&mut self` excludes
+        // every borrow of a frame.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.at(off), bytes.len()) };
+        true
+    }
+
+    fn over(
+        map: Mapping,
+        version: Version,
+        rx: &TpacketReq3,
+        tx: &TpacketReq3,
+        anonymous: bool,
+    ) -> Rings {
         let rx_walk = match version {
-            Version::V2 => Rx::Slots(Slots::new(0, &rx)),
+            Version::V2 => Rx::Slots(Slots::new(0, rx)),
             Version::V3 { .. } => Rx::Blocks(Blocks {
                 base: 0,
                 count: rx.block_nr as usize,
@@ -318,12 +370,13 @@ impl Rings {
                 frame: 0,
             }),
         };
-        Ok(Rings {
+        Rings {
             map,
             layout: layout(version),
             rx: rx_walk,
-            tx: Slots::new(rx.bytes(), &tx),
-        })
+            tx: Slots::new(rx.bytes(), tx),
+            anonymous,
+        }
     }
 
     fn at(&self, off: usize) -> *mut u8 {
@@ -384,7 +437,9 @@ impl Rings {
     }
 
     /// Take the next received frame, if the kernel has handed one over,
-    /// and give it to `f`. Returns false when no frame is ready.
+    /// and give it to `f`. Returns false when no frame is ready; true when
+    /// it took one, or gave back an empty V3 block without calling `f`
+    /// (a block the kernel marked ready with no frames in it).
     pub fn rx_next(&mut self, f: impl FnOnce(RxFrame<'_>)) -> bool {
         match &self.rx {
             Rx::Slots(s) => {
