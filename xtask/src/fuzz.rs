@@ -2,8 +2,8 @@
 //! top-level `fuzz/` crate once (nightly, AddressSanitizer; cargo-fuzz is
 //! installed first if missing), then run each for SECONDS (default 60),
 //! one after the other, and print each target's executions per second.
-//! `cargo xtask test` calls [`ci`], which shares a fixed time budget
-//! (build included) among the targets.
+//! `cargo xtask test` calls [`ci`] (also `cargo xtask fuzz --ci`), which
+//! shares a fixed time budget (build included) among the targets.
 //!
 //! Each target starts from its committed inputs in
 //! `fuzz/regressions/TARGET/` and grows a corpus in `fuzz/corpus/TARGET/`
@@ -24,11 +24,15 @@ const DEFAULT_SECONDS: u64 = 60;
 const TRIPLE: &str = "x86_64-unknown-linux-gnu";
 
 pub fn main(args: &[String]) -> Result<()> {
+    if args.first().is_some_and(|a| a == "--ci") {
+        // What `cargo xtask test` runs.
+        return ci(Duration::from_secs(240));
+    }
     let seconds = match args.first() {
         None => DEFAULT_SECONDS,
-        Some(s) => s
-            .parse()
-            .with_context(|| format!("usage: cargo xtask fuzz [SECONDS]; `{s}` is not a number"))?,
+        Some(s) => s.parse().with_context(|| {
+            format!("usage: cargo xtask fuzz [SECONDS | --ci]; `{s}` is not a number")
+        })?,
     };
     let targets = build()?;
     run_all(&targets, |_| seconds)

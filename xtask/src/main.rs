@@ -7,6 +7,8 @@
 //!   (`verify.rs`), the long release-mode tests, the QEMU guest tests,
 //!   every fuzz target briefly (nightly; 4 minutes in all, build
 //!   included), and a 60-second soak.
+//!   `test` also runs the daemon's Python client test (`pyclient.rs`).
+//! - `cargo xtask daemon-python`: only that test (a venv under target/).
 //! - `cargo xtask deps`: only the installation step.
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
@@ -15,6 +17,7 @@
 
 mod fuzz;
 mod guest;
+mod pyclient;
 mod verify;
 
 use anyhow::{bail, Context, Result};
@@ -80,6 +83,7 @@ fn main() -> Result<()> {
         Some("guest") => guest::main(&args[1..]),
         Some("fuzz") => fuzz::main(&args[1..]),
         Some("soak") => soak(&args[1..]),
+        Some("daemon-python") => pyclient::daemon_python(),
         Some("bench") => bench(&args[1..]),
         _ => {
             eprintln!(
@@ -203,6 +207,8 @@ fn test(args: &[String]) -> Result<()> {
             .env("NFKIT_NO_SKIP", "1")
             .args(["test", "--workspace"]),
     )?;
+    // The daemon from Python (grpcio), as pybess users drive it.
+    pyclient::daemon_python()?;
     verify::loom()?;
     verify::model_check()?;
     if !quick {

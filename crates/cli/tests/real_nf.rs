@@ -79,7 +79,7 @@ fn nat_http_download(model: &str) {
             dir.path().to_str().unwrap(),
         ],
     );
-    std::thread::sleep(Duration::from_millis(1000));
+    serving(&wan.ns, "http://203.0.113.2:8000/");
     let got = dir.path().join("got");
     lan.ns
         .run(&[
@@ -144,6 +144,20 @@ fn nat_http_download_agent_model() {
 }
 
 /// Fetch `url` from `ns` with curl, bounded; whether it succeeded.
+/// Wait until the HTTP server at `url` answers inside its own namespace
+/// (Python takes over a second to start on a loaded machine), at most
+/// 20 s.
+fn serving(ns: &nfkit_testkit::Netns, url: &str) {
+    let start = std::time::Instant::now();
+    while !fetch(ns, url, 1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{url} never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn fetch(ns: &nfkit_testkit::Netns, url: &str, seconds: u32) -> bool {
     ns.run(&[
         "curl",
@@ -208,7 +222,8 @@ fn firewall_drops_unsolicited_wan_traffic() {
             d,
         ],
     );
-    std::thread::sleep(Duration::from_millis(1000));
+    serving(&wan.ns, "http://10.98.0.2:8000/");
+    serving(&lan.ns, "http://10.98.0.1:8000/");
     // LAN-initiated: works (ping first, so ARP is resolved both ways).
     lan.ns
         .run(&["ping", "-c", "2", "-i", "0.2", "-W", "2", "10.98.0.2"])

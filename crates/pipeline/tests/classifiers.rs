@@ -155,7 +155,7 @@ fn exact_match_bad_commands_change_nothing() {
             "gate=1, fields=[2], colour=3",
             "add has no such argument",
         ),
-        ("add", "fields=[2]", "`gate`: is required"),
+        ("add", "gate=1", "`fields`: is required"),
         ("delete", "fields=[9]", "no such rule"),
         ("set_default_gate", "gate=7", "out of range"),
         ("flush", "", "no command `flush`"),
@@ -175,7 +175,10 @@ fn exact_match_bad_commands_change_nothing() {
             "num_bytes 9 is not 1 to 8",
         ),
         ("fields=[(offset=30)]", "num_bytes 0"),
-        ("fields=[(num_bytes=2)]", "exactly one of offset"),
+        (
+            "fields=[(offset=1, attr_name=\"x\", num_bytes=2)]",
+            "not both",
+        ),
         ("fields=[]", "1 to 8 fields"),
         (
             "fields=[(offset=0, num_bytes=1)], gates=65",
@@ -584,11 +587,7 @@ fn l2_forward_learns_nothing_but_what_it_is_told() {
             r#"entries=[(addr="02:00:00:00:00:05", gate=9)]"#,
             "out of range",
         ),
-        (
-            "add",
-            r#"entries=[(addr="02:00:00:00:00:05")]"#,
-            "`gate`: is required",
-        ),
+        ("add", r#"entries=[(gate=1)]"#, "`addr`: is required"),
         (
             "delete",
             r#"addrs=["02:00:00:00:00:01", "02:00:00:00:00:09"]"#,
@@ -711,4 +710,49 @@ fn bpf_sends_each_packet_to_its_highest_priority_filter() {
     .err()
     .unwrap();
     assert!(e.contains("too many filters (1 at most)"), "{e}");
+}
+
+#[test]
+fn absent_fields_are_zero_as_in_bess_messages() {
+    // A BESS message leaves zero fields out: gate 0, prefix_len 0, offset 0.
+    let mut lpm = module("IPLookup", "gates=2");
+    cmd(&mut *lpm, "add", r#"prefix="0.0.0.0""#).unwrap();
+    assert_eq!(
+        gates(&mut *lpm, &[tcp("1.1.1.1", 1, "9.9.9.9", 2)]),
+        [Some(0)]
+    );
+    let mut em = module("ExactMatch", "fields=[(num_bytes=1)], gates=2");
+    cmd(&mut *em, "add", "fields=[2]").unwrap();
+    cmd(&mut *em, "set_default_gate", "gate=1").unwrap();
+    let f = tcp("1.1.1.1", 1, "9.9.9.9", 2);
+    assert_eq!(
+        gates(&mut *em, std::slice::from_ref(&f)),
+        [Some(0)],
+        "first byte 2 -> gate 0"
+    );
+    cmd(&mut *em, "set_default_gate", "").unwrap();
+    let mut wm = module(
+        "WildcardMatch",
+        "fields=[(offset=30, num_bytes=4)], gates=2",
+    );
+    // Negative priorities arrive as numbers (from BESS's int64).
+    let add = |wm: &mut dyn Module, gate: u64, prio: f64, v: u64, m: u64| {
+        wm.command(
+            "add",
+            &mut Args::from_pairs(&[
+                ("gate", Value::Int(gate)),
+                ("priority", Value::Float(prio)),
+                ("values", Value::List(vec![Value::Int(v)])),
+                ("masks", Value::List(vec![Value::Int(m)])),
+            ]),
+        )
+        .map_err(|e| e.to_string())
+    };
+    add(&mut *wm, 1, -5.0, 0, 0).unwrap();
+    add(&mut *wm, 0, -1.0, 0x0909_0909, 0xffff_ffff).unwrap();
+    assert_eq!(gates(&mut *wm, &[f]), [Some(0)], "-1 beats -5");
+    let e = add(&mut *wm, 0, 1.5, 0, 1).unwrap_err();
+    assert!(e.contains("not an integer"), "{e}");
+    cmd(&mut *module("ACL", ""), "add", "").unwrap();
+    cmd(&mut *module("BPF", ""), "add", "").unwrap();
 }

@@ -319,6 +319,15 @@ fn decap_drops_bad_tunnel_frames() {
     );
     assert_eq!(out[0], vec![inner]);
     assert_eq!(h.counters(), (0, 0, 6));
+    assert_eq!(
+        m.extra_stats(),
+        vec![
+            ("not_udp", 2),
+            ("bad_length", 3),
+            ("bad_header", 1),
+            ("truncated", 0)
+        ]
+    );
     let mut padded = good.clone();
     padded.extend_from_slice(&[0; 8]);
     let out = Harness::new().run(&mut *module("GeneveDecap", ""), 0, &[good, padded]);

@@ -105,7 +105,7 @@ impl Acl {
 
     fn parse_rules(args: &mut Args) -> Result<Vec<AclRule>, ArgError> {
         args.records("rules")?
-            .ok_or_else(|| ArgError::new("rules", "is required"))?
+            .unwrap_or_default()
             .into_iter()
             .map(AclRule::parse)
             .collect()

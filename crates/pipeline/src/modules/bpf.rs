@@ -83,16 +83,12 @@ impl Bpf {
     }
 
     fn parse(&self, args: &mut Args, compile_it: bool) -> Result<Vec<Filter>, ArgError> {
-        let recs = args
-            .records("filters")?
-            .ok_or_else(|| ArgError::new("filters", "is required"))?;
+        let recs = args.records("filters")?.unwrap_or_default();
         recs.into_iter()
             .map(|mut r| {
                 let w = |e: ArgError| ArgError::new("filters", e.to_string());
                 let text = r.required_str("filter").map_err(w)?;
-                let priority = r.u64_or("priority", 0).map_err(w)?;
-                let priority = i64::try_from(priority)
-                    .map_err(|_| ArgError::new("filters", "priority is too large"))?;
+                let priority = classify::priority(&mut r, "priority").map_err(w)?;
                 let gate =
                     classify::check_gate("gate", r.u64_or("gate", 0).map_err(w)?, self.gates)
                         .map_err(w)?;

@@ -22,12 +22,24 @@ pub fn gates_arg(args: &mut Args) -> Result<usize, ArgError> {
     args.usize_in("gates", MAX_GATES, 1, MAX_GATES)
 }
 
-/// A gate argument that must be below `ogates`.
+/// A gate argument that must be below `ogates`; absent is gate 0 (as
+/// a BESS message leaves a zero field out).
 pub fn gate(args: &mut Args, name: &str, ogates: usize) -> Result<u16, ArgError> {
-    let g = args
-        .u64(name)?
-        .ok_or_else(|| ArgError::new(name, "is required"))?;
+    let g = args.u64_or(name, 0)?;
     check_gate(name, g, ogates)
+}
+
+/// A signed priority: an integer, or a negative one (which BESS's
+/// messages carry and the config language writes as a number).
+pub fn priority(args: &mut Args, name: &str) -> Result<i64, ArgError> {
+    match args.take(name) {
+        None => Ok(0),
+        Some(Value::Int(v)) => {
+            i64::try_from(v).map_err(|_| ArgError::new(name, format!("{v} is too large")))
+        }
+        Some(Value::Float(f)) if f.fract() == 0.0 && f.abs() < 9.0e18 => Ok(f as i64),
+        Some(v) => Err(ArgError::new(name, format!("`{v}` is not an integer"))),
+    }
 }
 
 pub fn check_gate(name: &str, g: u64, ogates: usize) -> Result<u16, ArgError> {
@@ -109,6 +121,8 @@ impl Fields {
                         index: attrs - 1,
                     }
                 }
+                // Offset 0 is what a BESS message without either means.
+                (None, None) => FieldPos::Offset(0),
                 (None, Some(o)) if o <= u16::MAX as u64 => FieldPos::Offset(o as usize),
                 (None, Some(o)) => {
                     return Err(ArgError::new(
@@ -116,10 +130,10 @@ impl Fields {
                         format!("offset {o} is beyond any packet"),
                     ))
                 }
-                _ => {
+                (Some(_), Some(_)) => {
                     return Err(ArgError::new(
                         "fields",
-                        "each field needs exactly one of offset=N or attr_name=NAME",
+                        "a field has either offset=N or attr_name=NAME, not both",
                     ))
                 }
             };

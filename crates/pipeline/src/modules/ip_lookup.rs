@@ -84,9 +84,8 @@ impl IpLookup {
 
     fn prefix(args: &mut Args) -> Result<(u32, u8), ArgError> {
         let addr = classify::ipv4("prefix", &args.required_str("prefix")?)?;
-        let len = args
-            .u64("prefix_len")?
-            .ok_or_else(|| ArgError::new("prefix_len", "is required"))?;
+        // Absent is 0 (a BESS message leaves a zero field out).
+        let len = args.u64_or("prefix_len", 0)?;
         if len > 32 {
             return Err(ArgError::new(
                 "prefix_len",

@@ -169,10 +169,7 @@ impl Module for L2Forward {
         match cmd {
             "add" => {
                 let mut entries = Vec::new();
-                for mut r in args
-                    .records("entries")?
-                    .ok_or_else(|| ArgError::new("entries", "is required"))?
-                {
+                for mut r in args.records("entries")?.unwrap_or_default() {
                     let w = |e: ArgError| ArgError::new("entries", e.to_string());
                     let mac = mac_arg("addr", &r.required_str("addr").map_err(w)?).map_err(w)?;
                     let gate = classify::gate(&mut r, "gate", self.gates).map_err(w)?;
@@ -185,7 +182,7 @@ impl Module for L2Forward {
             "delete" => {
                 let macs = args
                     .str_list("addrs")?
-                    .ok_or_else(|| ArgError::new("addrs", "is required"))?
+                    .unwrap_or_default()
                     .iter()
                     .map(|s| mac_arg("addrs", s))
                     .collect::<Result<Vec<_>, _>>()?;
@@ -209,9 +206,7 @@ impl Module for L2Forward {
                 self.default_gate = gate;
             }
             "lookup" => {
-                let macs = args
-                    .str_list("addrs")?
-                    .ok_or_else(|| ArgError::new("addrs", "is required"))?;
+                let macs = args.str_list("addrs")?.unwrap_or_default();
                 args.finish(cmd)?;
                 let mut gates = Vec::new();
                 for s in &macs {

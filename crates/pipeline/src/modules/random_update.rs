@@ -51,16 +51,11 @@ impl RandomUpdate {
         recs.into_iter()
             .map(|mut r| {
                 let w = |e: ArgError| ArgError::new("fields", e.to_string());
-                let offset = r
-                    .u64("offset")
-                    .map_err(w)?
-                    .ok_or_else(|| ArgError::new("fields", "offset is required"))?;
+                // Absent fields are 0 (as BESS's messages leave them out).
+                let offset = r.u64_or("offset", 0).map_err(w)?;
                 let size = r.u64_or("size", 0).map_err(w)?;
                 let min = r.u64_or("min", 0).map_err(w)?;
-                let max = r
-                    .u64("max")
-                    .map_err(w)?
-                    .ok_or_else(|| ArgError::new("fields", "max is required"))?;
+                let max = r.u64_or("max", 0).map_err(w)?;
                 r.finish("a field").map_err(w)?;
                 if !(1..=8).contains(&size) {
                     return Err(ArgError::new(

@@ -12,7 +12,8 @@
 //!   that are not IPv4/UDP with a valid tunnel header (VXLAN: the I flag;
 //!   Geneve: version 0, protocol 0x6558 Ethernet, options within the
 //!   packet), with lengths that disagree, or whose inner frame is shorter
-//!   than an Ethernet header, are dropped and counted.
+//!   than an Ethernet header, are dropped and counted, with the reason
+//!   (`not_udp`, `bad_length`, `bad_header`, `truncated` statistics).
 
 use super::classify::{ip, FxHasher};
 use crate::args::{ArgError, Args};
@@ -119,36 +120,53 @@ impl Module for TunnelEncap {
     }
 }
 
+/// Why a frame was not decapsulated (counted in the statistics).
+#[derive(Debug, Clone, Copy)]
+enum Bad {
+    /// Not IPv4 carrying an unfragmented UDP datagram.
+    NotUdp = 0,
+    /// IPv4 or UDP lengths that disagree with each other or the frame.
+    Length = 1,
+    /// Not this tunnel's header (flags, version, protocol).
+    Header = 2,
+    /// Tunnel options or the inner Ethernet header cut short.
+    Truncated = 3,
+}
+
 pub struct TunnelDecap {
     kind: Kind,
+    bad: [u64; 4],
 }
 
 impl TunnelDecap {
-    /// Bytes to strip, and the VNI, if `d` is a valid tunnel frame.
-    fn parse(&self, d: &[u8]) -> Option<(usize, u32)> {
-        let (ihl, proto) = ip::header(d)?;
+    /// Bytes to strip, and the VNI, if `d` is a valid `kind` frame.
+    fn parse(kind: Kind, d: &[u8]) -> Result<(usize, u32), Bad> {
+        let (ihl, proto) = ip::header(d).ok_or(Bad::NotUdp)?;
         let total = u16::from_be_bytes([d[ip::ETH_LEN + 2], d[ip::ETH_LEN + 3]]) as usize;
         let frag = u16::from_be_bytes([d[ip::ETH_LEN + 6], d[ip::ETH_LEN + 7]]) & 0x3fff;
-        if proto != 17 || frag != 0 || total < ihl + 16 || ip::ETH_LEN + total > d.len() {
-            return None;
+        if proto != 17 || frag != 0 {
+            return Err(Bad::NotUdp);
+        }
+        if total < ihl + 16 || ip::ETH_LEN + total > d.len() {
+            return Err(Bad::Length);
         }
         let udp = ip::ETH_LEN + ihl;
         let udp_len = u16::from_be_bytes([d[udp + 4], d[udp + 5]]) as usize;
         if udp_len != total - ihl {
-            return None;
+            return Err(Bad::Length);
         }
         let t = &d[udp + 8..udp + 16];
-        let opts = match self.kind {
+        let opts = match kind {
             Kind::Vxlan if t[0] & 0x08 != 0 => 0,
             Kind::Geneve if t[0] >> 6 == 0 && t[2..4] == [0x65, 0x58] => (t[0] & 0x3f) as usize * 4,
-            _ => return None,
+            _ => return Err(Bad::Header),
         };
         let strip = udp + 16 + opts;
         let end = ip::ETH_LEN + total;
         if strip + 14 > end {
-            return None;
+            return Err(Bad::Truncated);
         }
-        Some((strip, u32::from_be_bytes([0, t[4], t[5], t[6]])))
+        Ok((strip, u32::from_be_bytes([0, t[4], t[5], t[6]])))
     }
 }
 
@@ -165,9 +183,16 @@ impl Module for TunnelDecap {
     }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
         let before = batch.len();
+        let (kind, bad) = (self.kind, &mut self.bad);
         batch.retain(|p| {
             let d = p.data();
-            let Some((strip, vni)) = self.parse(d) else { return false };
+            let (strip, vni) = match Self::parse(kind, d) {
+                Ok(v) => v,
+                Err(why) => {
+                    bad[why as usize] += 1;
+                    return false;
+                }
+            };
             let total = u16::from_be_bytes([d[ip::ETH_LEN + 2], d[ip::ETH_LEN + 3]]) as usize;
             let (mut src, mut dst) = ([0u8; 4], [0u8; 4]);
             src.copy_from_slice(&d[ip::IP_SRC..ip::IP_SRC + 4]);
@@ -184,6 +209,14 @@ impl Module for TunnelDecap {
         });
         ctx.count_dropped((before - batch.len()) as u64);
         ctx.forward(0, batch);
+    }
+    fn extra_stats(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("not_udp", self.bad[Bad::NotUdp as usize]),
+            ("bad_length", self.bad[Bad::Length as usize]),
+            ("bad_header", self.bad[Bad::Header as usize]),
+            ("truncated", self.bad[Bad::Truncated as usize]),
+        ]
     }
 }
 
@@ -204,9 +237,15 @@ fn geneve_encap(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dy
 }
 
 fn vxlan_decap(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
-    Ok(Box::new(TunnelDecap { kind: Kind::Vxlan }))
+    Ok(Box::new(TunnelDecap {
+        kind: Kind::Vxlan,
+        bad: [0; 4],
+    }))
 }
 
 fn geneve_decap(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
-    Ok(Box::new(TunnelDecap { kind: Kind::Geneve }))
+    Ok(Box::new(TunnelDecap {
+        kind: Kind::Geneve,
+        bad: [0; 4],
+    }))
 }

@@ -118,7 +118,7 @@ impl Module for VlanSplit {
 }
 
 fn push(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
-    let tci = args.u64("tci")?.ok_or_else(|| ArgError::new("tci", "is required"))?;
+    let tci = args.u64_or("tci", 0)?;
     let tci = u16::try_from(tci).map_err(|_| ArgError::new("tci", format!("{tci} is not a 16-bit TCI")))?;
     Ok(Box::new(VlanPush { tci }))
 }

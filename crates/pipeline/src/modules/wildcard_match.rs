@@ -137,9 +137,7 @@ impl Module for WildcardMatch {
         match cmd {
             "add" => {
                 let gate = classify::gate(args, "gate", self.gates)?;
-                let priority = args.u64_or("priority", 0)?;
-                let priority = i64::try_from(priority)
-                    .map_err(|_| ArgError::new("priority", "is too large"))?;
+                let priority = classify::priority(args, "priority")?;
                 let values = self.fields.values(args, "values")?;
                 let masks = self.fields.values(args, "masks")?;
                 args.finish(cmd)?;
