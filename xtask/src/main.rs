@@ -5,8 +5,9 @@
 //!   the workspace tests (they replay the fuzz regression inputs on
 //!   stable), the pool under loom and the agent protocol's model check
 //!   (`verify.rs`), the long release-mode tests, the QEMU guest tests,
-//!   every fuzz target briefly (nightly; 4 minutes in all, build
-//!   included), and a 60-second soak.
+//!   a smoke run of `nfkit bench rfc2544 --quick`, every fuzz target
+//!   briefly (nightly; 4 minutes in all, build included), and a
+//!   60-second soak.
 //!   `test` also runs the daemon's Python client test (`pyclient.rs`).
 //! - `cargo xtask daemon-python`: only that test (a venv under target/).
 //! - `cargo xtask deps`: only the installation step.
@@ -38,6 +39,11 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
     ("tcpdump", "tcpdump"),
     // The BPF module compiles tcpdump filters with libpcap (`pcap` crate).
     ("/usr/lib/x86_64-linux-gnu/libpcap.so", "libpcap-dev"),
+    // the font `nfkit bench rfc2544` draws its plots' text with
+    (
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "fonts-dejavu-core",
+    ),
     ("tshark", "tshark"),
     ("traceroute", "traceroute"),
     ("valgrind", "valgrind"),
@@ -229,11 +235,64 @@ fn test(args: &[String]) -> Result<()> {
                 ]),
         )?;
         guest::run_guest_tests()?;
+        rfc2544_smoke()?;
         // Every fuzz target briefly (nightly), 4 minutes in all with the build.
         fuzz::ci(std::time::Duration::from_secs(240))?;
         soak(&["--seconds".into(), "60".into()])?;
     }
     eprintln!("all tests passed in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+/// `nfkit bench rfc2544 --quick` against the NAT in both driver models
+/// over vhost-user and the simulated 82599 (64-byte frames): a smoke
+/// test that checks the figures and plots exist, judging none.
+fn rfc2544_smoke() -> Result<()> {
+    run(
+        "build nfkit and nfkit-bench (release)",
+        cargo().args(["build", "--release", "-p", "nfkit", "-p", "nfkit-bench"]),
+    )?;
+    let target = std::path::PathBuf::from(
+        std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
+    );
+    let out = target.join("rfc2544-smoke");
+    let _ = std::fs::remove_dir_all(&out);
+    run(
+        "nfkit bench rfc2544 --quick (smoke)",
+        Command::new(target.join("release").join("nfkit"))
+            .args(["bench", "rfc2544", "--quick", "--size", "64"])
+            .args(["--dut", "nf:nat@agent", "--dut", "nf:nat@queue"])
+            .args(["--wiring", "vhost", "--wiring", "sim", "--out"])
+            .arg(&out),
+    )?;
+    let json = std::fs::read_to_string(out.join("rfc2544.json"))
+        .context("reading the rfc2544 smoke run's JSON")?;
+    for want in [
+        "\"status\": \"complete\"",
+        "\"throughput\"",
+        "\"latency\"",
+        "\"frame_loss\"",
+        "\"back_to_back\"",
+        "\"wiring\": \"sim\"",
+        "\"wiring\": \"vhost\"",
+    ] {
+        if !json.contains(want) {
+            bail!("the rfc2544 smoke run's JSON has no {want}");
+        }
+    }
+    for plot in [
+        "throughput",
+        "agents-vs-queues",
+        "latency-vhost-nat_agent-64-1fl",
+    ] {
+        for ext in ["svg", "png"] {
+            let f = out.join(format!("{plot}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            if len == 0 {
+                bail!("the rfc2544 smoke run drew no {}", f.display());
+            }
+        }
+    }
     Ok(())
 }
 

@@ -10,6 +10,8 @@
 //! - [`nfs`]: every NF on both models over simulated 82599s;
 //! - [`ports`], [`vhost`], [`pipeline`]: nfkit against dpdk-testpmd on
 //!   the same wiring ([`testpmd`] is the harness);
+//! - [`rfc2544`]: RFC 2544 throughput, latency, frame loss and
+//!   back-to-back for any DUT over vhost-user or simulated 82599s;
 //! - [`traffic`]: the many-flow shaper's accuracy and cost (issue 21);
 //! - [`classify`]: the rule-table classifiers against table size (issue 20).
 #![forbid(unsafe_code)]
@@ -20,6 +22,7 @@ pub mod drivers;
 pub mod nfs;
 pub mod pipeline;
 pub mod ports;
+pub mod rfc2544;
 pub mod testpmd;
 pub mod traffic;
 pub mod vhost;

@@ -77,6 +77,57 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         seconds: u64,
     },
+    /// RFC 2544 (§26.1-§26.4): throughput at a loss bound, latency at
+    /// load steps, frame loss rate and back-to-back bursts, for any DUT
+    /// over vhost-user or simulated 82599s; a table while it runs, JSON
+    /// of every trial and plots (SVG, PNG) in --out.
+    Rfc2544 {
+        /// DUT: fwd, nf:NAME or pipeline:FILE, each optionally @agent or
+        /// @queue (repeat for several). Default: fwd@queue.
+        #[arg(long = "dut")]
+        duts: Vec<String>,
+        /// Wiring (repeat for several): vhost or sim. Default: vhost.
+        #[arg(long = "wiring", value_enum)]
+        wirings: Vec<nfkit_bench::rfc2544::dut::Wiring>,
+        /// Frame sizes with FCS (64..1518) or imix (repeat or comma-separate).
+        /// Default: 64,128,256,512,1024,1280,1518,imix.
+        #[arg(long = "size", value_delimiter = ',')]
+        sizes: Vec<nfkit_bench::rfc2544::Frame>,
+        /// Flow counts, 1 to 65,536 (repeat or comma-separate). Default: 1.
+        #[arg(long = "flows", value_delimiter = ',')]
+        flows: Vec<u32>,
+        /// Loss bound in percent (0: RFC 2544's zero loss).
+        #[arg(long, default_value_t = 0.1)]
+        loss: f64,
+        /// Seconds per trial.
+        #[arg(long, default_value_t = 5.0)]
+        trial: f64,
+        /// Trials per offered rate (the median counts).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Search resolution, percent of the rate.
+        #[arg(long, default_value_t = 1.0)]
+        resolution: f64,
+        /// Highest load offered, percent of the line rate.
+        #[arg(long, default_value_t = 100.0)]
+        max_load: f64,
+        /// Longest back-to-back burst tried (frames).
+        #[arg(long, default_value_t = 1 << 20)]
+        max_burst: u64,
+        /// Tests to run (default: all).
+        #[arg(long = "test", value_enum, value_delimiter = ',')]
+        tests: Vec<nfkit_bench::rfc2544::Test>,
+        /// Directory for the JSON and the plots.
+        #[arg(long, default_value = "rfc2544-out")]
+        out: std::path::PathBuf,
+        /// Tester's core and DUT's core.
+        #[arg(long, default_value = "0,1", value_delimiter = ',', num_args = 2)]
+        cores: Vec<usize>,
+        /// A smoke run: 0.1 s trials, one repeat, 10% resolution, 64 and
+        /// 1518 B unless --size is given, bursts up to 4,096.
+        #[arg(long)]
+        quick: bool,
+    },
     /// RateLimit shaping 1 to 4,096 flows at 1-11 Mbit/s each: per-flow
     /// accuracy, inter-packet-gap sigma and cycles per packet at the
     /// pipeline's output (issue 21, SoftNIC §6.2).
@@ -137,6 +188,70 @@ fn main() -> Result<()> {
         })?,
         Cmd::Vhost { seconds, burst } => {
             nfkit_bench::vhost::vhost(&nfkit_bench::vhost::VhostOptions { seconds, burst })?;
+        }
+        Cmd::Rfc2544 {
+            duts,
+            wirings,
+            sizes,
+            flows,
+            loss,
+            trial,
+            repeats,
+            resolution,
+            max_load,
+            max_burst,
+            tests,
+            out,
+            cores,
+            quick,
+        } => {
+            use nfkit_bench::rfc2544::{dut::Dut, dut::Wiring, Frame, Options, Test};
+            let duts = if duts.is_empty() {
+                vec!["fwd@queue".to_string()]
+            } else {
+                duts
+            };
+            let frames = match (sizes.is_empty(), quick) {
+                (false, _) => sizes,
+                (true, true) => vec![Frame::Fixed(64), Frame::Fixed(1518)],
+                (true, false) => Frame::ALL.to_vec(),
+            };
+            if !(trial.is_finite() && trial > 0.0 && trial <= 3600.0) {
+                anyhow::bail!("--trial {trial}: takes more than 0 and up to 3600 seconds");
+            }
+            let opts = Options {
+                duts: duts.iter().map(|d| Dut::parse(d)).collect::<Result<_>>()?,
+                wirings: if wirings.is_empty() {
+                    vec![Wiring::Vhost]
+                } else {
+                    wirings
+                },
+                frames,
+                flows: if flows.is_empty() { vec![1] } else { flows },
+                loss_pct: loss,
+                trial: std::time::Duration::from_secs_f64(if quick { 0.1 } else { trial }),
+                repeats: if quick { 1 } else { repeats },
+                resolution_pct: if quick { 10.0 } else { resolution },
+                max_load_pct: max_load,
+                max_burst: if quick {
+                    max_burst.min(4096)
+                } else {
+                    max_burst
+                },
+                tests: if tests.is_empty() {
+                    vec![
+                        Test::Throughput,
+                        Test::Latency,
+                        Test::Loss,
+                        Test::BackToBack,
+                    ]
+                } else {
+                    tests
+                },
+                out,
+                cores: (cores[0], cores[1]),
+            };
+            nfkit_bench::rfc2544::rfc2544(&opts)?;
         }
         Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
         Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,

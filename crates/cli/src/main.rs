@@ -185,7 +185,7 @@ fn main() -> Result<()> {
                 ports,
                 gen: GenConfig {
                     sizes: size,
-                    flows: flows.max(1),
+                    flows: flows.max(1).into(),
                     rate,
                     ..GenConfig::default()
                 },

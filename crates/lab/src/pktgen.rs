@@ -35,12 +35,22 @@ pub enum Sizes {
     Fixed(usize),
     /// Uniformly random in `[min, max]`.
     Random(usize, usize),
+    /// Simple IMIX: 64, 594 and 1518-byte frames (60, 590, 1514 without
+    /// CRC) in the proportions 7:4:1, in a fixed repeating order.
+    Imix,
 }
+
+/// Simple IMIX's cycle of frame sizes (without CRC): 7 x 60, 4 x 590,
+/// 1 x 1514, interleaved.
+pub const IMIX: [usize; 12] = [60, 590, 60, 60, 590, 60, 1514, 60, 590, 60, 590, 60];
 
 impl FromStr for Sizes {
     type Err = anyhow::Error;
-    /// `60` or `60-1514`.
+    /// `60`, `60-1514` or `imix`.
     fn from_str(s: &str) -> Result<Sizes> {
+        if s.eq_ignore_ascii_case("imix") {
+            return Ok(Sizes::Imix);
+        }
         let parse = |v: &str| -> Result<usize> {
             let n: usize = v
                 .trim()
@@ -77,7 +87,9 @@ pub enum RateLimit {
 #[derive(Debug, Clone)]
 pub struct GenConfig {
     pub sizes: Sizes,
-    pub flows: u16,
+    /// Flows (UDP source ports counted up from `src_port`, wrapping):
+    /// 1 to 65,536.
+    pub flows: u32,
     pub rate: Option<RateLimit>,
     pub src_mac: [u8; 6],
     pub dst_mac: [u8; 6],
@@ -86,6 +98,9 @@ pub struct GenConfig {
     pub src_port: u16,
     pub dst_port: u16,
     pub seed: u64,
+    /// Added to the send times stamped in frames, so that several runs
+    /// can share one time base (and tell their frames apart).
+    pub stamp_offset_ns: u64,
 }
 
 impl Default for GenConfig {
@@ -101,6 +116,7 @@ impl Default for GenConfig {
             src_port: 1024,
             dst_port: 1234,
             seed: 1,
+            stamp_offset_ns: 0,
         }
     }
 }
@@ -149,6 +165,7 @@ impl Generator {
         match self.cfg.sizes {
             Sizes::Fixed(n) => n,
             Sizes::Random(a, b) => self.rng.gen_range(a..=b),
+            Sizes::Imix => IMIX[(self.seq % IMIX.len() as u64) as usize],
         }
     }
 
@@ -187,6 +204,7 @@ impl Generator {
         match self.cfg.sizes {
             Sizes::Fixed(n) => n,
             Sizes::Random(a, b) => (a + b) / 2,
+            Sizes::Imix => IMIX.iter().sum::<usize>() / IMIX.len(),
         }
     }
 
@@ -200,7 +218,7 @@ impl Generator {
         max: usize,
     ) -> usize {
         let n = self.allowance(elapsed, max.min(batch.room()));
-        let now_ns = elapsed.as_nanos() as u64;
+        let now_ns = elapsed.as_nanos() as u64 + self.cfg.stamp_offset_ns;
         let mut made = 0;
         for _ in 0..n {
             let Some(mut buf) = cache.alloc() else { break };
@@ -387,6 +405,9 @@ mod tests {
     fn size_specs_are_checked() {
         assert_eq!("64".parse::<Sizes>().unwrap(), Sizes::Fixed(64));
         assert!("59".parse::<Sizes>().is_err());
+        assert_eq!("IMIX".parse::<Sizes>().unwrap(), Sizes::Imix);
+        let n = |s| IMIX.iter().filter(|&&x| x == s).count();
+        assert_eq!((n(60), n(590), n(1514)), (7, 4, 1));
         assert!("100-60".parse::<Sizes>().is_err());
         assert!("60-9000".parse::<Sizes>().is_err());
     }
