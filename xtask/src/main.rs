@@ -5,12 +5,13 @@
 //!   the workspace tests (they replay the fuzz regression inputs on
 //!   stable), the pool under loom and the agent protocol's model check
 //!   (`verify.rs`), the long release-mode tests, the QEMU guest tests,
-//!   a smoke run of `nfkit bench rfc2544 --quick`, every fuzz target
-//!   briefly (nightly; 4 minutes in all, build included), and a
-//!   60-second soak.
+//!   miri over the pure data-path code (nightly, `verify.rs`), a smoke
+//!   run of `nfkit bench rfc2544 --quick`, every fuzz target briefly
+//!   (nightly; 4 minutes in all, build included), and a 60-second soak.
 //!   `test` also runs the daemon's Python client test (`pyclient.rs`).
 //! - `cargo xtask daemon-python`: only that test (a venv under target/).
-//! - `cargo xtask deps`: only the installation step.
+//! - `cargo xtask deps`: only the installation step (and nightly with miri).
+//! - `cargo xtask miri`: only the miri step.
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS each (`fuzz.rs`).
@@ -85,10 +86,11 @@ fn main() -> Result<()> {
     std::env::set_current_dir(&root)?;
     match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
-        Some("deps") => install_deps(),
+        Some("deps") => install_deps().and_then(|()| verify::miri_deps()),
         Some("guest") => guest::main(&args[1..]),
         Some("fuzz") => fuzz::main(&args[1..]),
         Some("soak") => soak(&args[1..]),
+        Some("miri") => verify::miri(),
         Some("daemon-python") => pyclient::daemon_python(),
         Some("bench") => bench(&args[1..]),
         _ => {
@@ -98,6 +100,7 @@ fn main() -> Result<()> {
                  test [--quick]   install test dependencies (as root) and run every test\n  \
                  deps             only install the Debian packages the tests use\n  \
                  guest ...        the QEMU guest harness\n  \
+                 miri             miri over the pure data-path code (nightly)\n  \
                  bench ...        benchmarks (print figures)"
             );
             bail!("no command given")
@@ -235,6 +238,8 @@ fn test(args: &[String]) -> Result<()> {
                 ]),
         )?;
         guest::run_guest_tests()?;
+        // miri over packet views, tables, Maglev, the scheduler, the pool.
+        verify::miri()?;
         rfc2544_smoke()?;
         // Every fuzz target briefly (nightly), 4 minutes in all with the build.
         fuzz::ci(std::time::Duration::from_secs(240))?;

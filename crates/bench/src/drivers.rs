@@ -10,6 +10,10 @@
 //! - **Mpps per core** forwarding one direction against the free-running
 //!   82599 model (one forwarding thread; the model and the generator run
 //!   on their own threads, so on a 2-core machine they compete with it);
+//! - **driver cycles per packet** from the forwarding thread's own CPU
+//!   time over the same run ([`nfkit_lab::cost`]), with a projection of
+//!   one core's Mpps and the model's CPU shown apart: figures that do not
+//!   follow the starved model;
 //! - **instructions per packet** from a lock-step run under callgrind,
 //!   counting only [`driver_round_agent`]/[`driver_round_queue`] (driver
 //!   and function code; the device model's own work runs outside them and
@@ -21,6 +25,7 @@ use nfkit_hw::sim::{SimDma, VirtualClock};
 use nfkit_hw::{Batch, Clock};
 use nfkit_ixgbe::{Agent, AgentConfig, Device, DeviceConfig, IxgbePort};
 use nfkit_ixgbe_model::{ModelConfig, Nic82599, SimBar, TrafficGen};
+use nfkit_lab::cost::{DriverCost, Mark};
 use nfkit_lab::{sim_mac, SimLab, SimWire};
 use nfkit_port::{Model, Port};
 use std::sync::Arc;
@@ -165,7 +170,9 @@ pub fn driver_round_queue<F: NfFn>(
 }
 
 /// Forwarding rate against the free-running model, one direction.
-pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
+/// Also returns the forwarding thread's own cost over the measured time
+/// ([`nfkit_lab::cost`]), which does not depend on the starved model.
+pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<(f64, Option<DriverCost>)> {
     let lab = SimLab::new(
         SimWire::Load {
             frame_len: 60,
@@ -181,6 +188,7 @@ pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
     let warmup = Duration::from_millis(300);
     let mut measured_from = None;
     let mut base = 0u64;
+    let mut mark = None;
     match model {
         Model::AgentAdapter => bail!("bench drivers measures agents and queues"),
         Model::Agent => {
@@ -189,6 +197,7 @@ pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
                 forwarded += with_nf!(nf, &table, |f| driver_round_agent(&mut agent, f)) as u64;
                 if measured_from.is_none() && start.elapsed() >= warmup {
                     measured_from = Some(Instant::now());
+                    mark = Some(Mark::now());
                     base = forwarded;
                 }
             }
@@ -203,14 +212,19 @@ pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<f64> {
                 )) as u64;
                 if measured_from.is_none() && start.elapsed() >= warmup {
                     measured_from = Some(Instant::now());
+                    mark = Some(Mark::now());
                     base = forwarded;
                 }
             }
         }
     }
+    let cost = mark.and_then(|m| m.finish(forwarded - base));
     lab.stop_load();
     let from = measured_from.context("the run was shorter than its warm-up")?;
-    Ok((forwarded - base) as f64 / from.elapsed().as_secs_f64() / 1e6)
+    Ok((
+        (forwarded - base) as f64 / from.elapsed().as_secs_f64() / 1e6,
+        cost,
+    ))
 }
 
 /// Two lock-step devices on a virtual clock (device work happens only in
@@ -344,27 +358,49 @@ pub fn drivers(seconds: f64, packets: u64) -> Result<()> {
         println!("note: a debug build; run `cargo build --release && target/release/nfkit bench drivers` for meaningful figures");
     }
     println!(
-        "{:<7} {:<11} {:>14} {:>16}",
-        "model", "function", "Mpps per core", "instr./packet"
+        "{:<7} {:<11} {:>14} {:>16} {:>14} {:>16} {:>10}",
+        "model",
+        "function",
+        "Mpps per core",
+        "instr./packet",
+        "driver cyc/pkt",
+        "1-core proj Mpps",
+        "model CPU"
     );
     for model in Model::CHOICES {
         for nf in Nf::ALL {
-            let rate = mpps(model, nf, seconds)?;
+            let (rate, cost) = mpps(model, nf, seconds)?;
             let ipp = if have_valgrind {
                 instructions_per_packet(model, nf, packets)?
             } else {
                 None
             };
+            let opt = |v: Option<f64>, d: usize| {
+                v.map(|v| format!("{v:.d$}")).unwrap_or_else(|| "-".into())
+            };
+            let c = cost.as_ref();
             println!(
-                "{:<7} {:<11} {:>14.2} {:>16}",
+                "{:<7} {:<11} {:>14.2} {:>16} {:>14} {:>16} {:>10}",
                 model.name(),
                 nf.name(),
                 rate,
                 ipp.map(|v| format!("{v:.1}"))
-                    .unwrap_or_else(|| "no valgrind".into())
+                    .unwrap_or_else(|| "no valgrind".into()),
+                opt(c.and_then(|c| c.cycles_per_packet()), 0),
+                opt(c.and_then(|c| c.projected_mpps()), 2),
+                opt(
+                    c.map(|c| c.others_cpu.as_secs_f64() / c.wall.as_secs_f64().max(1e-9) * 100.0),
+                    0
+                ) + "%"
             );
         }
     }
+    println!(
+        "driver cyc/pkt: the forwarding thread's own CPU time (schedstat) per packet at the clock of \
+         /proc/cpuinfo, empty polls included (an upper bound); 1-core proj Mpps: 1 / that time, a \
+         projection, not a measurement; model CPU: the models' and generator's threads, % of a core, \
+         not counted in the driver's figure"
+    );
     println!(
         "targets (TinyNF Table 4): agent no-op <= 35 instructions/packet, queue (batched DPDK) <= 99"
     );

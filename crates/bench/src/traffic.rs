@@ -41,6 +41,9 @@ fn rate(i: usize) -> u64 {
 /// Frames carrying a flow number at offset 14, flows in turn by weight.
 struct FlowSource {
     pool: Mempool,
+    /// Packets a run (few at low rates, so that no flow gets a burst
+    /// its queue cannot hold).
+    per_run: usize,
     frame: Vec<u8>,
     schedule: Vec<u16>,
     next: usize,
@@ -58,7 +61,7 @@ impl Module for FlowSource {
         true
     }
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
-        for _ in 0..32 {
+        for _ in 0..self.per_run {
             let Some(mut p) = self.pool.alloc() else {
                 break;
             };
@@ -163,6 +166,7 @@ pub fn measure(flows: usize, seconds: u64, hz: f64) -> Result<TrafficResult> {
         "src",
         Box::new(FlowSource {
             pool,
+            per_run: (offered_pps / 10_000).clamp(1, 32) as usize,
             frame,
             schedule,
             next: 0,
@@ -185,7 +189,7 @@ pub fn measure(flows: usize, seconds: u64, hz: f64) -> Result<TrafficResult> {
         PolicySpec::RateLimit {
             resource: Resource::Packet,
             limit: offered_pps,
-            max_burst: Some(64),
+            max_burst: Some(32),
         },
         Placement::default(),
     )?;
@@ -297,7 +301,7 @@ fn shaper(flows: usize, pool: &Mempool) -> Result<Box<dyn Module>> {
             ])]),
         ),
         ("flows", Value::Int(8192)),
-        ("queue", Value::Int(16)),
+        ("queue", Value::Int(64)),
     ]);
     let mut shaper = registry
         .build("RateLimit", &mut args, &env)

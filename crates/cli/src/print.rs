@@ -27,6 +27,13 @@ pub fn demo_summary(opts: &DemoOptions, r: &DemoReport) {
         r.forwarded as f64 / elapsed.as_secs_f64() / 1e6
     );
     println!("  datasheet violations (strict mode) {:>12}", r.violations);
+    // The rate above follows the model, starved on a small machine; this
+    // does not.
+    if let Some(c) = &r.driver {
+        for l in c.lines() {
+            println!("  {l}");
+        }
+    }
     println!(
         "  counters add up: {}",
         if r.adds_up() { "yes" } else { "NO" }

@@ -36,6 +36,8 @@ pub struct DemoReport {
     pub sunk: u64,
     pub violations: usize,
     pub elapsed: Duration,
+    /// The forwarding thread's own CPU per packet, apart from the model's.
+    pub driver: Option<crate::cost::DriverCost>,
 }
 
 impl DemoReport {
@@ -89,12 +91,15 @@ pub fn run(opts: &DemoOptions) -> Result<DemoReport> {
         })
     };
     let mut ticker = Ticker::new(&devs);
+    let mark = crate::cost::Mark::now();
     let (forwarded, tx_dropped) = match opts.model {
         Model::Queue => forward_queues(&lab, &devs, &stop, &mut ticker, &load)?,
         Model::Agent | Model::AgentAdapter => forward_agents(&devs, &stop, &mut ticker, &load)?,
     };
+    let driver = mark.finish(forwarded);
     let _ = timer.join();
     let mut r = DemoReport {
+        driver,
         offered: load.offered.load(Ordering::Relaxed),
         forwarded,
         tx_dropped,

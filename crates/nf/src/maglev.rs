@@ -135,11 +135,14 @@ mod tests {
     #[test]
     fn matches_maglev_crate() {
         use maglev::ConsistentHasher;
-        for (nodes, m) in [
+        let sizes = [
             (vec![10u32, 20, 30], 101usize),
             ((0..7).collect(), 701),
             ((100..113).collect(), 1009),
-        ] {
+        ];
+        // Under miri (about a million times slower), the smallest table.
+        let sizes = &sizes[..if cfg!(miri) { 1 } else { 3 }];
+        for (nodes, m) in sizes.iter().cloned() {
             let oracle = Oracle::with_capacity(nodes.iter().copied(), m);
             assert_eq!(oracle.capacity(), m);
             let perms: Vec<(u16, Permutation)> = nodes
@@ -172,6 +175,8 @@ mod tests {
     fn bad_sizes() {
         assert!(MaglevTable::new(100, 3).is_err());
         assert!(MaglevTable::new(3, 3).is_err());
-        assert!(MaglevTable::new(65537, 32).is_ok());
+        if !cfg!(miri) {
+            assert!(MaglevTable::new(65537, 32).is_ok());
+        }
     }
 }

@@ -146,7 +146,9 @@ fn mac_parse_and_display() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    // Under miri (`cargo xtask miri`) a few cases: it runs each about a
+    // million times slower.
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
 
     /// Views read back every field etherparse wrote.
     #[test]
