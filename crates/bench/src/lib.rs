@@ -18,6 +18,7 @@
 
 pub mod callgrind;
 pub mod classify;
+pub mod control;
 pub mod drivers;
 pub mod nfs;
 pub mod pipeline;

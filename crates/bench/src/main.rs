@@ -77,6 +77,14 @@ enum Cmd {
         #[arg(long, default_value_t = 3)]
         seconds: u64,
     },
+    /// The daemon's control plane over gRPC: GetPortStats requests/s, module
+    /// add/connect/remove cycles/s, and the data path's cycles per packet
+    /// unpolled vs polled 100 times a second (issue 16).
+    Control {
+        /// Measured seconds per figure.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
     /// RFC 2544 (§26.1-§26.4): throughput at a loss bound, latency at
     /// load steps, frame loss rate and back-to-back bursts, for any DUT
     /// over vhost-user or simulated 82599s; a table while it runs, JSON
@@ -254,6 +262,9 @@ fn main() -> Result<()> {
             nfkit_bench::rfc2544::rfc2544(&opts)?;
         }
         Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
+        Cmd::Control { seconds } => {
+            nfkit_bench::control::control(seconds)?;
+        }
         Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
         Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
         Cmd::Nfs {
