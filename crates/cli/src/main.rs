@@ -20,6 +20,9 @@ struct Cli {
     /// interfaces is up, addressed or routed): that cuts its traffic off.
     #[arg(long, global = true)]
     force: bool,
+    /// Show only errors (warnings are shown by default; RUST_LOG overrides).
+    #[arg(long, global = true)]
+    quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -128,8 +131,8 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
-    nfkit_lab::init_tracing();
     let cli = Cli::parse();
+    nfkit_lab::init_tracing_quiet(cli.quiet);
     let force = cli.force;
     match cli.cmd {
         Cmd::Demo {

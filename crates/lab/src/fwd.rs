@@ -41,6 +41,7 @@ pub fn run(args: &FwdArgs) -> Result<()> {
         .iter()
         .map(|s| s.parse().with_context(|| format!("port `{s}`")))
         .collect::<Result<_>>()?;
+    nfkit_port::check_distinct(&specs).map_err(anyhow::Error::msg)?;
     let lab = SimLab::new(
         SimWire::Load {
             frame_len: 60,

@@ -48,7 +48,8 @@ use std::time::Duration;
 pub fn stop_flag(seconds: Option<u64>) -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    // Only the first command of a process can install the handler.
+    // Only the first command of a process can install the handler (it
+    // also takes SIGTERM and SIGHUP: the totals are printed then too).
     if ctrlc::set_handler(move || s.store(true, Ordering::Relaxed)).is_err() {
         tracing::warn!("could not install the Ctrl-C handler: Ctrl-C ends the command at once");
     }
@@ -62,10 +63,20 @@ pub fn stop_flag(seconds: Option<u64>) -> Arc<AtomicBool> {
     stop
 }
 
-/// Log to stderr, filtered by `RUST_LOG`.
+/// Log to stderr, filtered by `RUST_LOG`; warnings and errors are shown
+/// when it is not set.
 pub fn init_tracing() {
+    init_tracing_quiet(false);
+}
+
+/// [`init_tracing`]; `quiet` (`--quiet`) shows only errors when
+/// `RUST_LOG` is not set.
+pub fn init_tracing_quiet(quiet: bool) {
+    let default = if quiet { "error" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
 }

@@ -106,6 +106,7 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
         .iter()
         .map(|s| s.parse().with_context(|| format!("port `{s}`")))
         .collect::<Result<_>>()?;
+    nfkit_port::check_distinct(&specs).map_err(anyhow::Error::msg)?;
     let sim = all_sim(&specs);
     let options = match sim {
         true if args.nf_options.is_empty() => workload(&args.name, FLOWS)?.options,

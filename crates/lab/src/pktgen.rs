@@ -446,6 +446,15 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     use std::sync::atomic::Ordering;
     use std::time::Instant;
 
+    let specs = args
+        .ports
+        .iter()
+        .map(|s| {
+            s.parse::<nfkit_port::PortSpec>()
+                .map_err(|e| anyhow::anyhow!("port `{s}`: {}", e.msg))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    nfkit_port::check_distinct(&specs).map_err(anyhow::Error::msg)?;
     // Simulated ports are cabled back to themselves so traffic returns.
     let lab = SimLab::new(SimWire::Loopback, 1);
     let reg = registry(lab, 1);

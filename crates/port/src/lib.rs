@@ -35,6 +35,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod agent;
+mod distinct;
 pub mod fwd;
 pub mod model;
 pub mod netdev;
@@ -47,6 +48,7 @@ pub mod spec;
 pub(crate) mod sys;
 pub mod tap;
 
+pub use distinct::check_distinct;
 pub use model::Model;
 pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
 pub use spec::{PortSpec, SpecError};

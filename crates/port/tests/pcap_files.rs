@@ -132,16 +132,20 @@ fn bad_files_are_clear_errors() {
         "{missing}"
     );
 
+    // A capture cut short (its writer killed): the frames before the cut
+    // are replayed, with a warning saying where it was cut.
     let trunc = dir.path().join("trunc.pcap");
     std::fs::write(&trunc, &bytes[..bytes.len() - 30]).unwrap();
-    let e = open_spec(&format!("pcap:{}", trunc.display()))
-        .err()
-        .unwrap()
-        .to_string();
+    let c = Capture::load(&trunc).unwrap();
+    assert_eq!(c.frames().len(), 2);
     assert!(
-        e.contains("truncated in frame 3") && e.contains("trunc.pcap"),
-        "{e}"
+        c.cut_short().unwrap().contains("truncated in frame 3"),
+        "{:?}",
+        c.cut_short()
     );
+    let mut p = open_spec(&format!("pcap:{}", trunc.display())).unwrap();
+    let mut b = nfkit_port::Batch::new();
+    assert_eq!(p.rx_batch(0, &mut b), 2);
 
     let garbage = dir.path().join("garbage.pcap");
     std::fs::write(&garbage, b"this is not a capture").unwrap();
@@ -177,12 +181,16 @@ fn bad_files_are_clear_errors() {
         }
         std::fs::write(&corrupt, &bytes[..i]).unwrap();
         // Cuts at record boundaries (after the 24-byte header, then every
-        // 16 + 100 bytes) are valid shorter captures.
-        assert_eq!(
-            Capture::load(&corrupt).is_err(),
-            i < 24 || (i - 24) % 116 != 0,
-            "cut at {i}"
-        );
+        // 16 + 100 bytes) are valid shorter captures; other cuts replay
+        // the whole records before them, saying where the file was cut.
+        match Capture::load(&corrupt) {
+            Err(_) => assert!(i < 24, "cut at {i}"),
+            Ok(c) => {
+                assert!(i >= 24, "cut at {i}");
+                assert_eq!(c.frames().len(), (i - 24) / 116, "cut at {i}");
+                assert_eq!(c.cut_short().is_some(), (i - 24) % 116 != 0, "cut at {i}");
+            }
+        }
     }
 
     let e = open_spec("pcap-out:/nonexistent/dir/out.pcap")
@@ -253,4 +261,38 @@ fn agent_handler_runs_over_capture_ports() {
     assert_eq!(s.received[0] as usize, frames.len());
     assert_eq!(s.sent, vec![frames.len() as u64; 2]);
     assert_eq!(s.dropped, vec![0, 0]);
+}
+
+/// An output capture never destroys its input or a file that is not a
+/// capture (issue 14 item 3).
+#[test]
+fn outputs_never_destroy_inputs_or_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("in.pcap");
+    synthetic(&cap, &[(0, 100), (1, 100)]);
+    let before = std::fs::read(&cap).unwrap();
+    let c = cap.display();
+    let e = open_spec(&format!("pcap:rx={c},tx={c}"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("reads and writes"), "{e}");
+    assert_eq!(std::fs::read(&cap).unwrap(), before, "input untouched");
+
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, b"not a capture").unwrap();
+    let e = open_spec(&format!("pcap-out:{}", text.display()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not a pcap or pcapng capture"), "{e}");
+    assert_eq!(std::fs::read(&text).unwrap(), b"not a capture");
+    let e = open_spec(&format!("pcap-out:{}", dir.path().display()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+    // an existing capture, an empty file and /dev/null may be written
+    open_spec(&format!("pcap-out:{c}")).unwrap();
+    open_spec("pcap-out:/dev/null").unwrap();
 }

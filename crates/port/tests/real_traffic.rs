@@ -444,3 +444,21 @@ fn every_tap_queue_sends_into_the_kernel() {
         assert_eq!(tap.queue_stats(q as usize).tx_packets, 1);
     }
 }
+
+/// A forwarder restarted at once finds the queue still busy while the
+/// kernel tears the old socket down: the bind is retried, not failed
+/// (issue 14 item 10).
+#[test]
+fn afxdp_reopened_at_once_binds() {
+    require_root!();
+    let net = TwoHosts::new().unwrap();
+    for round in 0..5 {
+        let p = open(
+            &format!("afxdp:{},mode=copy", net.a.host_end)
+                .parse::<PortSpec>()
+                .unwrap(),
+            &OpenOptions::default(),
+        );
+        assert!(p.is_ok(), "round {round}: {:?}", p.err());
+    }
+}

@@ -111,6 +111,9 @@ struct XskQueue {
     stats: QueueStats,
 }
 
+/// How long a bind that finds the queue busy is retried.
+const BIND_BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub struct AfXdpPort {
     name: String,
     ifname: String,
@@ -411,14 +414,35 @@ impl XskQueue {
         } else {
             libc::XDP_COPY
         };
-        sys::bind_xdp(
-            q.fd.as_fd(),
-            ifindex,
-            queue,
-            mode | libc::XDP_USE_NEED_WAKEUP,
-            None,
-        )
-        .map_err(at("bind"))?;
+        // The kernel tears a previous socket on this queue down
+        // asynchronously (a forwarder restarted at once): EBUSY for a
+        // moment. Retry for a bounded time, saying so.
+        let deadline = std::time::Instant::now() + BIND_BUSY_RETRY;
+        let mut said = false;
+        loop {
+            match sys::bind_xdp(
+                q.fd.as_fd(),
+                ifindex,
+                queue,
+                mode | libc::XDP_USE_NEED_WAKEUP,
+                None,
+            ) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    if !said {
+                        said = true;
+                        tracing::warn!(
+                            "AF_XDP queue {queue} is busy (a previous socket is still being torn down): retrying for up to {} s",
+                            BIND_BUSY_RETRY.as_secs()
+                        );
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                r => break r.map_err(at("bind"))?,
+            }
+        }
         Ok(q)
     }
 

@@ -35,6 +35,9 @@ pub struct Frame {
 pub struct Capture {
     bytes: Vec<u8>,
     frames: Vec<Frame>,
+    /// Why the file ended inside a record (a capture cut short by a killed
+    /// writer): the frames before the cut are replayed.
+    cut_short: Option<String>,
 }
 
 impl Capture {
@@ -51,7 +54,19 @@ impl Capture {
         }
         let bytes =
             std::fs::read(path).map_err(|e| format!("cannot read capture `{shown}`: {e}"))?;
-        Capture::from_bytes(bytes).map_err(|e| format!("capture `{shown}`: {e}"))
+        let c = Capture::from_bytes(bytes).map_err(|e| format!("capture `{shown}`: {e}"))?;
+        if let Some(why) = &c.cut_short {
+            tracing::warn!(
+                "capture `{shown}` is {why}: replaying the {} frame(s) before the cut",
+                c.frames.len()
+            );
+        }
+        Ok(c)
+    }
+
+    /// Why the capture ended inside a record, if it did.
+    pub fn cut_short(&self) -> Option<&str> {
+        self.cut_short.as_deref()
     }
 
     /// Check and index a capture file's contents (pcap or pcapng).
@@ -61,7 +76,12 @@ impl Capture {
             Some(m) if m == PCAPNG_MAGIC => index_pcapng(&bytes),
             _ => Err("not a pcap or pcapng file (unknown magic number)".to_string()),
         }?;
-        Ok(Capture { bytes, frames })
+        let (frames, cut_short) = frames;
+        Ok(Capture {
+            bytes,
+            frames,
+            cut_short,
+        })
     }
 
     pub fn frames(&self) -> &[Frame] {
@@ -102,7 +122,22 @@ fn describe(e: pcap_file::PcapError, frame: usize, at: usize, total: usize) -> S
     }
 }
 
-fn index_pcap(file: &[u8]) -> Result<Vec<Frame>, String> {
+/// A record longer than this (and than the snap length) is corrupt.
+const MAX_RECORD: u32 = 262_144;
+
+/// The captured length a pcap record header announces, if it is whole.
+fn record_len(rest: &[u8], endianness: pcap_file::Endianness) -> Option<u32> {
+    let b: [u8; 4] = rest.get(8..12)?.try_into().ok()?;
+    Some(match endianness {
+        pcap_file::Endianness::Big => u32::from_be_bytes(b),
+        pcap_file::Endianness::Little => u32::from_le_bytes(b),
+    })
+}
+
+/// Frames, and why the file ended inside a record if it did.
+type Index = (Vec<Frame>, Option<String>);
+
+fn index_pcap(file: &[u8]) -> Result<Index, String> {
     let (mut rest, parser) = PcapParser::new(file).map_err(|e| describe(e, 0, 0, file.len()))?;
     let link = parser.header().datalink;
     if link != DataLink::ETHERNET {
@@ -113,9 +148,19 @@ fn index_pcap(file: &[u8]) -> Result<Vec<Frame>, String> {
     let mut frames = Vec::new();
     while !rest.is_empty() {
         let at = file.len() - rest.len();
-        let (r, pkt) = parser
-            .next_packet(rest)
-            .map_err(|e| describe(e, frames.len(), at, file.len()))?;
+        let (r, pkt) = match parser.next_packet(rest) {
+            Ok(x) => x,
+            // A record cut off by the end of the file; one announcing
+            // more than the snap length is corrupt, not cut.
+            Err(e @ pcap_file::PcapError::IncompleteBuffer)
+                if record_len(rest, parser.header().endianness)
+                    .is_none_or(|n| n <= parser.header().snaplen.max(MAX_RECORD)) =>
+            {
+                let n = frames.len();
+                return Ok((frames, Some(describe(e, n, at, file.len()))));
+            }
+            Err(e) => return Err(describe(e, frames.len(), at, file.len())),
+        };
         frames.push(Frame {
             start: offset_in(file, &pkt.data)?,
             len: pkt.data.len(),
@@ -123,7 +168,7 @@ fn index_pcap(file: &[u8]) -> Result<Vec<Frame>, String> {
         });
         rest = r;
     }
-    Ok(frames)
+    Ok((frames, None))
 }
 
 /// Nanoseconds per unit of an `if_tsresol` value (pcapng 4.2: high bit
@@ -136,15 +181,20 @@ fn ns_per_unit(tsresol: u8) -> f64 {
     }
 }
 
-fn index_pcapng(file: &[u8]) -> Result<Vec<Frame>, String> {
+fn index_pcapng(file: &[u8]) -> Result<Index, String> {
     let (mut rest, mut parser) =
         PcapNgParser::new(file).map_err(|e| describe(e, 0, 0, file.len()))?;
     let mut frames = Vec::new();
     while !rest.is_empty() {
         let at = file.len() - rest.len();
-        let (r, block) = parser
-            .next_block(rest)
-            .map_err(|e| describe(e, frames.len(), at, file.len()))?;
+        let (r, block) = match parser.next_block(rest) {
+            Ok(x) => x,
+            Err(e @ pcap_file::PcapError::IncompleteBuffer) => {
+                let n = frames.len();
+                return Ok((frames, Some(describe(e, n, at, file.len()))));
+            }
+            Err(e) => return Err(describe(e, frames.len(), at, file.len())),
+        };
         rest = r;
         let (iface, raw_ts, data) = match block {
             Block::EnhancedPacket(p) => (p.interface_id, p.timestamp, p.data),
@@ -181,5 +231,5 @@ fn index_pcapng(file: &[u8]) -> Result<Vec<Frame>, String> {
             ts,
         });
     }
-    Ok(frames)
+    Ok((frames, None))
 }

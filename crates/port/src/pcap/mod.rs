@@ -50,6 +50,8 @@ pub struct PcapPort {
 
 impl PcapPort {
     pub fn open(name: &str, spec: &PcapSpec, opts: &OpenOptions) -> Result<PcapPort, PortError> {
+        crate::check_distinct(&[crate::PortSpec::Pcap(spec.clone())])
+            .map_err(|m| PortError::config(name, m))?;
         let pool = software_pool(name, opts.pool_buffers)?;
         let replay = match &spec.rx {
             None => None,
@@ -103,6 +105,7 @@ impl PcapPort {
 /// header; records are written by [`write_record`] into the same buffered
 /// file, which pcap-file's writer would not let us flush).
 fn create_output(name: &str, path: &std::path::Path) -> Result<BufWriter<File>, PortError> {
+    check_output(path).map_err(|m| PortError::config(name, m))?;
     let file = File::create(path).map_err(|e| {
         PortError::os(
             name,
@@ -125,6 +128,41 @@ fn create_output(name: &str, path: &std::path::Path) -> Result<BufWriter<File>, 
         )
     })?;
     Ok(w)
+}
+
+/// An output capture may replace a capture (or an empty file), never
+/// anything else: a file that is not a capture, a device, a directory.
+fn check_output(path: &std::path::Path) -> Result<(), String> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(()); // a new file
+    };
+    if path == std::path::Path::new("/dev/null") {
+        return Ok(());
+    }
+    if !meta.is_file() {
+        return Err(format!(
+            "output capture `{}` exists and is not a regular file: not writing to it",
+            path.display()
+        ));
+    }
+    let mut magic = [0u8; 4];
+    let n = std::io::Read::read(
+        &mut File::open(path).map_err(|e| e.to_string())?,
+        &mut magic,
+    )
+    .unwrap_or(0);
+    let is_capture = n == 4
+        && matches!(
+            u32::from_le_bytes(magic),
+            0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 | 0x0a0d_0d0a
+        );
+    if meta.len() > 0 && !is_capture {
+        return Err(format!(
+            "output capture `{}` exists and is not a pcap or pcapng capture: not overwriting it (remove it or choose another name)",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// One pcap record (little-endian, as the header says): seconds,
