@@ -11,6 +11,8 @@ fn main() {
     let dir =
         Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("src/modules");
     println!("cargo:rerun-if-changed=src/modules");
+    // Set by the QEMU guest's static build, which links no libpcap.
+    println!("cargo::rustc-check-cfg=cfg(nfkit_no_libpcap)");
     let mut files = Vec::new();
     for entry in std::fs::read_dir(&dir).expect("src/modules exists") {
         let path = entry.expect("readable directory").path();

@@ -460,7 +460,12 @@ fn build_nfkit() -> Result<PathBuf> {
     let target_dir = PathBuf::from(target_dir).join("guest-build");
     run(
         Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .env("RUSTFLAGS", "-C target-feature=+crt-static")
+            // No libpcap in the static binary (Debian's libpcap.a needs libdbus
+            // and more): BPF filters are refused there, nothing else changes.
+            .env(
+                "RUSTFLAGS",
+                "-C target-feature=+crt-static --cfg nfkit_no_libpcap",
+            )
             .env("CARGO_TARGET_DIR", &target_dir)
             .args([
                 "build",

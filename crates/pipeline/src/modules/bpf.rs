@@ -36,6 +36,19 @@ pub struct Bpf {
 }
 
 /// Compile a tcpdump expression for Ethernet frames with libpcap.
+///
+/// A build with `--cfg nfkit_no_libpcap` (the QEMU guest's static
+/// binary: Debian's static libpcap needs libdbus and more) has no libpcap:
+/// BPF filters are then refused with this reason, and nothing else changes.
+#[cfg(nfkit_no_libpcap)]
+pub fn compile(expr: &str) -> Result<Program, String> {
+    Err(format!(
+        "cannot compile `{expr}`: this nfkit was built without libpcap (--cfg nfkit_no_libpcap)"
+    ))
+}
+
+/// Compile a tcpdump expression for Ethernet frames with libpcap.
+#[cfg(not(nfkit_no_libpcap))]
 pub fn compile(expr: &str) -> Result<Program, String> {
     let cap = pcap::Capture::dead(pcap::Linktype::ETHERNET).map_err(|e| e.to_string())?;
     let prog = cap
