@@ -182,8 +182,10 @@ pub struct BackendCounters {
 
 /// How long a connected frontend may stay silent before its rings run
 /// (it then holds the port without using it): default of
-/// [`VhostUserBackend::set_setup_timeout`].
-pub const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// [`VhostUserBackend::set_setup_timeout`]. QEMU connects when it starts
+/// and sets the rings up only once the guest's driver runs, which under
+/// TCG is tens of seconds later: 10 s disconnected booting guests.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(180);
 
 impl Shared {
     /// Forget everything a frontend set up.
@@ -432,6 +434,13 @@ fn serve(listener: UnixListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        // The served frontend may have just hung up (a second nfkit's
+        // liveness probe does exactly that): give its worker a moment to
+        // see the hang-up before calling the newcomer a second frontend.
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        while busy.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         if busy.load(Ordering::Acquire) {
             shared
                 .counters
