@@ -47,6 +47,16 @@ fn mac_le(mac: &str) -> u64 {
 
 #[test]
 fn kernel_vxlan_is_the_far_end_of_nfkit_tunnel() {
+    kernel_vxlan(true);
+}
+
+/// The same with both veths at the settings a user leaves them.
+#[test]
+fn kernel_vxlan_at_default_offloads() {
+    kernel_vxlan(false);
+}
+
+fn kernel_vxlan(turn_offloads_off: bool) {
     require_root!();
     for t in ["ping", "socat", "sha256sum", "head", "nstat", "tshark"] {
         require_tool!(t);
@@ -56,8 +66,10 @@ fn kernel_vxlan_is_the_far_end_of_nfkit_tunnel() {
     va.move_a(&a, "10.98.0.1/24").unwrap();
     let mut vb = Veth::new().unwrap();
     vb.move_a(&b, "192.168.98.2/24").unwrap();
-    offloads_off(&a, &va.a).unwrap();
-    offloads_off(&b, &vb.a).unwrap();
+    if turn_offloads_off {
+        offloads_off(&a, &va.a).unwrap();
+        offloads_off(&b, &vb.a).unwrap();
+    }
     a.run(&["ip", "link", "set", "dev", &va.a, "mtu", "1450"])
         .unwrap();
     if b.run(&[
