@@ -465,7 +465,7 @@ struct BackendLan {
 
 impl BackendLan {
     fn new(count: u8) -> BackendLan {
-        use nfkit_testkit::{ip, offloads_off, Netns, Veth};
+        use nfkit_testkit::{ip, Netns, Veth};
         let switch = Netns::new().unwrap();
         switch
             .run(&["ip", "link", "add", "br0", "type", "bridge"])
@@ -476,7 +476,6 @@ impl BackendLan {
             switch
                 .run(&["ip", "link", "set", dev, "master", "br0", "up"])
                 .unwrap();
-            offloads_off(&switch, dev).unwrap();
         };
         let uplink = Veth::new().unwrap();
         attach(&uplink.a);
@@ -486,7 +485,6 @@ impl BackendLan {
             let mut v = Veth::new().unwrap();
             let addr = format!("10.1.0.{k}");
             v.move_a(&ns, &format!("{addr}/24")).unwrap();
-            offloads_off(&ns, &v.a).unwrap();
             ns.run(&["ip", "route", "add", "default", "via", "10.1.0.1"])
                 .unwrap();
             ns.run(&[
