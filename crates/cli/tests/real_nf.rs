@@ -130,7 +130,11 @@ fn nat_http_download(model: &str) {
         verify_checksums(f).unwrap_or_else(|e| panic!("{k:?}: {e}"));
         translated += 1;
     }
-    assert!(translated > 100, "{translated} translated packets captured");
+    // At default offloads the client's veth coalesces the download (GRO), so
+    // the client acknowledges a 2 MB download with a few dozen segments, not
+    // one per data segment: what is checked is that there are enough of them
+    // and that every one of them is translated with valid checksums.
+    assert!(translated >= 20, "{translated} translated packets captured");
 }
 
 #[test]
