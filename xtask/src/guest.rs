@@ -196,7 +196,7 @@ fn pci_mode(img: &Image, vfio: bool) -> Result<Outcome> {
     });
     let counts = wire.finish();
     let console = console?;
-    check_pci(&console, &counts)
+    check_pci(&console, &counts, vfio)
         .inspect_err(|_| eprintln!("--- serial console ---\n{console}\n--- end ---"))
 }
 
@@ -211,6 +211,27 @@ echo "modern device driver: $(basename $(readlink /sys/bus/pci/devices/$M/driver
     } else {
         ""
     };
+    // The device-in-use guard, once (uio mode): the legacy NIC's kernel
+    // interface gets an address, and `nfkit fwd` (the free modern NIC
+    // named first, so it is taken before the refusal) must fail naming
+    // that interface, leave it on its driver, and give the modern NIC
+    // back to virtio-pci. The address goes again before the real run,
+    // which then binds both NICs without --force.
+    let in_use = if vfio {
+        ""
+    } else {
+        r#"IFL=$(ls /sys/bus/pci/devices/$L/virtio*/net/ | head -1)
+ip link set $IFL up
+ip addr add 10.66.0.1/24 dev $IFL
+echo "STEP in-use iface=$IFL"
+/mnt/host/nfkit fwd pci:$M pci:$L --seconds 2 > /tmp/inuse.txt 2>&1
+echo "STEP in-use exit=$?"
+cat /tmp/inuse.txt
+grep -q "in use by the kernel: interface $IFL" /tmp/inuse.txt && echo "CHECK in-use named"
+echo "CHECK in-use drivers: legacy=$(basename $(readlink /sys/bus/pci/devices/$L/driver)) modern=$(basename $(readlink /sys/bus/pci/devices/$M/driver)) iface=$(ls /sys/bus/pci/devices/$L/virtio*/net/)"
+ip addr flush dev $IFL
+ip link set $IFL down"#
+    };
     format!(
         r#"#!/bin/sh
 echo 64 > /proc/sys/vm/nr_hugepages
@@ -224,6 +245,7 @@ find_dev() {{
 L=$(find_dev 0x1000)
 M=$(find_dev 0x1041)
 echo "DEVICES legacy=$L modern=$M"
+{in_use}
 {bind_vfio}
 echo "STEP pktgen"
 /mnt/host/nfkit pktgen pci:$L pci:$M --count {PKTGEN_COUNT} --rate-pps {PKTGEN_PPS} --rx
@@ -236,7 +258,10 @@ echo "STEP fwd exit=$?"
 }
 
 /// The checks of a PCI mode; on success, a line of figures.
-fn check_pci(console: &str, counts: &wire::Counts) -> Result<Outcome> {
+fn check_pci(console: &str, counts: &wire::Counts, vfio: bool) -> Result<Outcome> {
+    if !vfio {
+        check_in_use(console)?;
+    }
     for step in ["pktgen", "fwd"] {
         if !console.contains(&format!("STEP {step} exit=0")) {
             bail!("`nfkit {step}` did not exit with 0 in the guest");
@@ -300,6 +325,28 @@ fn check_pci(console: &str, counts: &wire::Counts) -> Result<Outcome> {
         counts.crossed[1],
         wire::FWD_FRAMES
     )))
+}
+
+/// The device-in-use step of the uio mode (see `pci_script`).
+fn check_in_use(console: &str) -> Result<()> {
+    let iface = console
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("STEP in-use iface="))
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .context("the guest found no kernel interface on the legacy NIC")?;
+    if console.contains("STEP in-use exit=0") {
+        bail!("`nfkit fwd` took a NIC whose interface {iface} has an address");
+    }
+    if !console.contains("CHECK in-use named") {
+        bail!("`nfkit fwd` on a NIC in use did not name its interface {iface}");
+    }
+    let want = format!("CHECK in-use drivers: legacy=virtio-pci modern=virtio-pci iface={iface}");
+    if !console.lines().any(|l| l.trim() == want) {
+        bail!("after the refusal the NICs were not both on virtio-pci with {iface} in place");
+    }
+    eprintln!("  in-use guard: refused the NIC of {iface}, both NICs back on virtio-pci");
+    Ok(())
 }
 
 /// Paths of a built guest image.

@@ -10,8 +10,13 @@
 //! (10.77.0.2/24), `nfkit nf bridge --port vhost-user:SOCK --port
 //! afpacket:VETH` serving the socket. QEMU's guest RAM is a shared memfd
 //! (vhost-user needs the backend to map it) and its NIC a vhost-user
-//! netdev on that socket. The guest gives its NIC 10.77.0.1/24 and pings
-//! the namespace through the bridge.
+//! netdev on that socket. The guest gives its NIC 10.77.0.1/24, pings
+//! the namespace through the bridge, then moves a file each way over TCP
+//! (busybox `nc`, the namespace's end is the host's busybox) and the
+//! harness compares the bytes that arrived with the ones sent. Every
+//! interface stays at its default offload settings: the veth hands
+//! nfkit's AF_PACKET port partial checksums and TSO super-frames, which
+//! the bridge must complete and cut before the guest sees them.
 
 use super::{qemu_base, run_guest, Image, Outcome};
 use anyhow::{bail, Context, Result};
@@ -25,6 +30,13 @@ const NS_IP: &str = "10.77.0.2";
 const PINGS: u32 = 10;
 /// Replies wanted out of `PINGS` (the first may wait for ARP).
 const PINGS_NEEDED: u32 = 7;
+/// TCP ports in the namespace: the guest uploads to the first and
+/// downloads from the second.
+const UP_PORT: u16 = 5701;
+const DOWN_PORT: u16 = 5702;
+/// Bytes moved each way (several hundred full segments, enough for the
+/// kernel to build TSO/GRO super-frames; seconds under TCG).
+const TCP_BYTES: usize = 3 << 20;
 
 /// Run the mode; skips (with the reason) if `ip` or root is missing.
 pub fn run(img: &Image, nfkit: &Path) -> Result<Outcome> {
@@ -43,9 +55,11 @@ pub fn run(img: &Image, nfkit: &Path) -> Result<Outcome> {
     let sock = std::env::temp_dir().join(format!("nfkit-guest-vu-{tag}.sock"));
     let log = img.share.join("vhost-nfkit.log");
     let bridge = Bridge::start(nfkit, &sock, &net.host_veth, &log)?;
+    let tcp = TcpFiles::start(img, &net.name)?;
     fs::write(img.share.join("run.sh"), script())?;
     let console = run_guest(qemu(img, &sock), |_| {});
     let nfkit_out = bridge.stop();
+    let tcp_result = tcp.check();
     let console = console?;
     let received = console
         .lines()
@@ -57,9 +71,142 @@ pub fn run(img: &Image, nfkit: &Path) -> Result<Outcome> {
         eprintln!("--- serial console ---\n{console}\n--- nfkit ---\n{nfkit_out}\n--- end ---");
         bail!("the guest got {received} of {PINGS} ping replies through nfkit (wanted {PINGS_NEEDED})");
     }
+    if let Err(e) = tcp_result {
+        eprintln!("--- serial console ---\n{console}\n--- nfkit ---\n{nfkit_out}\n--- end ---");
+        return Err(e);
+    }
+    eprintln!(
+        "  TCP through nfkit's bridge at default offloads: {TCP_BYTES} bytes each way, byte-exact"
+    );
     Ok(Outcome::Passed(format!(
-        "kernel virtio-net over vhost-user, {received}/{PINGS} pings through `nfkit nf bridge`"
+        "kernel virtio-net over vhost-user, {received}/{PINGS} pings and {} KiB each way over TCP \
+         (byte-exact) through `nfkit nf bridge`",
+        TCP_BYTES >> 10
     )))
+}
+
+/// The TCP transfer's namespace end: two one-shot busybox `nc`
+/// listeners, one storing what the guest uploads, one serving the file
+/// the guest downloads (into the share). Killed by process id on drop.
+struct TcpFiles {
+    up_sent: PathBuf,
+    up_recv: PathBuf,
+    down_sent: PathBuf,
+    down_recv: PathBuf,
+    listeners: Vec<Child>,
+}
+
+impl TcpFiles {
+    fn start(img: &Image, netns: &str) -> Result<TcpFiles> {
+        let busybox = super::which("busybox").context("busybox-static is not installed")?;
+        let t = TcpFiles {
+            up_sent: img.share.join("tcp-up.bin"),
+            up_recv: img.share.join("tcp-up.recv"),
+            down_sent: img.share.join("tcp-down.bin"),
+            down_recv: img.share.join("tcp-down.recv"),
+            listeners: Vec::new(),
+        };
+        fs::write(&t.up_sent, pseudo_random(TCP_BYTES, 1))?;
+        fs::write(&t.down_sent, pseudo_random(TCP_BYTES, 2))?;
+        let _ = fs::remove_file(&t.down_recv);
+        let mut t = t;
+        let nc = |port: u16, stdin: Stdio, stdout: Stdio| {
+            Command::new("ip")
+                .args(["netns", "exec", netns])
+                .arg(&busybox)
+                .args(["nc", "-l", "-p", &port.to_string()])
+                .stdin(stdin)
+                .stdout(stdout)
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting busybox nc in the namespace")
+        };
+        // busybox nc exits at the first end of input from the socket, and
+        // half-closes it at the end of its stdin: the receiver's stdin is
+        // a pipe we keep open, so it stops only when the guest is done.
+        let up = nc(
+            UP_PORT,
+            Stdio::piped(),
+            fs::File::create(&t.up_recv)?.into(),
+        )?;
+        t.listeners.push(up);
+        let down = nc(
+            DOWN_PORT,
+            fs::File::open(&t.down_sent)?.into(),
+            Stdio::null(),
+        )?;
+        t.listeners.push(down);
+        Ok(t)
+    }
+
+    /// Both files arrived whole and unchanged.
+    fn check(mut self) -> Result<()> {
+        self.stop();
+        for (what, sent, recv) in [
+            ("guest -> namespace", &self.up_sent, &self.up_recv),
+            ("namespace -> guest", &self.down_sent, &self.down_recv),
+        ] {
+            let sent = fs::read(sent)?;
+            let recv = fs::read(recv).unwrap_or_default();
+            if recv != sent {
+                let first_diff = sent.iter().zip(&recv).position(|(a, b)| a != b);
+                bail!(
+                    "TCP {what} through nfkit: {} of {} bytes arrived{}",
+                    recv.len(),
+                    sent.len(),
+                    match first_diff {
+                        Some(at) => format!(", first difference at byte {at}"),
+                        None => String::new(),
+                    }
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        for mut c in self.listeners.drain(..) {
+            // a listener that already served its connection has exited
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(2) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for TcpFiles {
+    fn drop(&mut self) {
+        self.stop();
+        for p in [
+            &self.up_sent,
+            &self.up_recv,
+            &self.down_sent,
+            &self.down_recv,
+        ] {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// `len` bytes of a xorshift stream (incompressible enough that a
+/// shifted or repeated segment shows).
+fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ seed;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
 }
 
 fn script() -> String {
@@ -73,6 +220,15 @@ ping -c {PINGS} -W 2 {NS_IP} > /tmp/ping.txt 2>&1
 cat /tmp/ping.txt
 N=$(sed -n 's/.* \([0-9]*\) packets received.*/\1/p' /tmp/ping.txt)
 echo "CHECK ping_received=$N"
+# TCP both ways at default offloads; the harness compares the bytes
+timeout 90 nc {NS_IP} {UP_PORT} < /mnt/host/tcp-up.bin
+echo "CHECK tcp_up_exit=$?"
+# stdin that never ends: nc exits when the far end has sent everything
+mkfifo /tmp/hold
+timeout 90 nc {NS_IP} {DOWN_PORT} 0<>/tmp/hold > /tmp/down.bin
+echo "CHECK tcp_down_exit=$? bytes=$(wc -c < /tmp/down.bin)"
+cp /tmp/down.bin /mnt/host/tcp-down.recv
+grep -E 'InCsumErrors|Tcp:' /proc/net/snmp
 "#
     )
 }
