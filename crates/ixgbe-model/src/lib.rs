@@ -86,6 +86,9 @@ pub struct Faults {
     pub queue_never_enables: Option<usize>,
     /// Every Nth received frame gets RXE set in its RX descriptor.
     pub rx_error_every: Option<u32>,
+    /// Each RX descriptor's length field says this many bytes more than
+    /// were written (a faulty or hostile device; capped at 0xFFFF).
+    pub rx_length_excess: u16,
     /// STATUS.PCIE_MASTER_ENABLE_STATUS never clears.
     pub master_disable_stuck: bool,
 }

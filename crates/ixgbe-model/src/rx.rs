@@ -154,6 +154,7 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &mut RxFrame) -> Outcome {
         }
         written += chunk;
         let error = inject_error || dma_error;
+        let reported = (chunk + usize::from(dev.cfg.faults.rx_length_excess)).min(0xFFFF);
         if advanced {
             let lo = u64::from(frame.class.rss_type)
                 | u64::from(frame.class.ptype) << 4
@@ -161,11 +162,11 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &mut RxFrame) -> Outcome {
             let hi = ADV_DD
                 | if last { ADV_EOP } else { 0 }
                 | if error { ADV_RXE } else { 0 }
-                | (chunk as u64) << 32;
+                | (reported as u64) << 32;
             dp.writeback(dev, Writeback::U64(da, lo));
             dp.writeback(dev, Writeback::U64(da + 8, hi));
         } else {
-            let hi = chunk as u64
+            let hi = reported as u64
                 | LEGACY_DD
                 | if last { LEGACY_EOP } else { 0 }
                 | if error { LEGACY_RXE } else { 0 };

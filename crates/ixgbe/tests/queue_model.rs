@@ -454,3 +454,52 @@ fn small_pool_buffers_are_refused_with_a_fix() {
     let err = dev.rx_queue(0, &pool, RING).err().unwrap();
     assert!(err.to_string().contains("4096"), "{err}");
 }
+
+/// Issue 14 item 8: the receive byte counter must count what the packets
+/// hold, not the length a device claims. A descriptor length beyond the
+/// buffer is a counted error (no packet, no bytes); one within it gives
+/// a packet of that length, and the counter says the same.
+#[test]
+fn rx_byte_counter_counts_what_the_packets_hold() {
+    for (excess, delivered_frames) in [(4000u16, false), (20, true)] {
+        let mut bench = Bench::new(Mode::LockStep);
+        let nic = bench.nic(ModelConfig {
+            faults: Faults {
+                rx_length_excess: excess,
+                ..Faults::default()
+            },
+            ..model(1)
+        });
+        let pool = Mempool::new(&*bench.dma, "len", 2048, 4096).unwrap();
+        let dev = bench.init(&nic, DeviceConfig::default()).expect("init");
+        let mut rx = dev.rx_queue(0, &pool, RING).unwrap();
+        let wire = nic.wire();
+        let total = 40u64;
+        for seq in 0..total {
+            assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], seq, 100)));
+        }
+        let mut batch = Batch::new();
+        let mut held = 0u64;
+        let mut got = 0;
+        for _ in 0..8 {
+            nic.step();
+            rx.rx_batch(&mut batch);
+            for p in batch.drain() {
+                held += p.len() as u64;
+                got += 1;
+            }
+        }
+        let c = rx.counters();
+        assert_eq!(c.bytes, held, "excess {excess}: counted bytes = bytes held");
+        if delivered_frames {
+            assert_eq!((got, c.errors), (total, 0));
+            assert_eq!(held, total * (100 + u64::from(excess)));
+        } else {
+            assert_eq!(
+                (got, c.errors),
+                (0, total),
+                "overlong lengths are counted errors"
+            );
+        }
+    }
+}

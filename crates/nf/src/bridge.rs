@@ -100,11 +100,7 @@ impl BridgeConfig {
         if !(2..=PortSet::MAX_PORTS).contains(&self.ports) {
             return Err(ConfigError::BridgePorts(self.ports));
         }
-        if self.capacity == 0 {
-            return Err(ConfigError::ZeroCapacity {
-                what: "bridge MAC table",
-            });
-        }
+        config::check_capacity("bridge MAC table", self.capacity)?;
         if self.expire.is_zero() {
             return Err(ConfigError::Zero { what: "--expire" });
         }
@@ -149,6 +145,10 @@ impl Bridge {
     pub fn new(cfg: BridgeConfig) -> Result<Bridge, ConfigError> {
         cfg.validate()?;
         let seed = crate::seed();
+        config::check_memory(
+            "bridge",
+            FlowTable::<MacAddr, PortId>::bytes_for(cfg.capacity),
+        )?;
         let mut statics = KeyIndex::new(cfg.statics.len().max(1), seed ^ 1);
         for s in &cfg.statics {
             statics.insert(s.mac, s.port as u32);

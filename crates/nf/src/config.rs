@@ -20,6 +20,8 @@ pub enum ConfigError {
     NotAnOption(String),
     #[error("option `{0}` needs a value")]
     MissingValue(String),
+    #[error("option `--{0}` is given twice (only --iface, --route, --neighbor, --backend and --static repeat)")]
+    Duplicate(String),
     #[error("option `{option}`: `{value}` is not {expected}")]
     BadValue {
         option: String,
@@ -34,6 +36,18 @@ pub enum ConfigError {
     ZeroPort,
     #[error("{what} capacity must be at least 1")]
     ZeroCapacity { what: &'static str },
+    #[error("{what} capacity {given} is above the maximum of {max} entries")]
+    TooLarge {
+        what: &'static str,
+        given: usize,
+        max: usize,
+    },
+    #[error("{what} tables of this size need {need_mib} MiB; this machine has {avail_mib} MiB available (lower the capacity)")]
+    OutOfMemory {
+        what: &'static str,
+        need_mib: u64,
+        avail_mib: u64,
+    },
     #[error("{what} must not be zero")]
     Zero { what: &'static str },
     #[error("prefix `{0}`: {1}")]
@@ -46,6 +60,8 @@ pub enum ConfigError {
     BridgePorts(usize),
     #[error("Maglev table size {0} must be a prime larger than the backend capacity {1}")]
     BadTableSize(usize, usize),
+    #[error("Maglev table size {0} is above the maximum of {max} (the paper uses 65537 or 655373; every backend change rebuilds the whole table on the data path)", max = crate::maglev::MAX_TABLE_SIZE)]
+    TableTooLarge(usize),
     #[error("load balancer has no backends and heartbeats are off: nothing could ever be served")]
     EmptyBackends,
     #[error("{given} static backends do not fit in the backend capacity of {capacity}")]
@@ -66,8 +82,20 @@ impl ConfigError {
     }
 }
 
+/// The options that build a list and may be given several times; any
+/// other option given twice is refused (the second would silently win).
+pub const REPEATABLE: &[&str] = &[
+    "iface",
+    "route",
+    "neighbor",
+    "neighbour",
+    "backend",
+    "static",
+];
+
 /// Walk `--key value` / `--key=value` pairs, calling `f(key, value)` with
-/// the key without its dashes.
+/// the key without its dashes. An option given twice is an error unless
+/// it is [`REPEATABLE`].
 pub fn for_each_option<I, S>(
     args: I,
     mut f: impl FnMut(&str, &str) -> Result<(), ConfigError>,
@@ -77,11 +105,19 @@ where
     S: AsRef<str>,
 {
     let mut it = args.into_iter();
+    let mut seen: Vec<String> = Vec::new();
     while let Some(a) = it.next() {
         let a = a.as_ref();
         let Some(key) = a.strip_prefix("--") else {
             return Err(ConfigError::NotAnOption(a.into()));
         };
+        let name = key.split_once('=').map_or(key, |(k, _)| k);
+        if !REPEATABLE.contains(&name) {
+            if seen.iter().any(|s| s == name) {
+                return Err(ConfigError::Duplicate(name.into()));
+            }
+            seen.push(name.into());
+        }
         match key.split_once('=') {
             Some((k, v)) => f(k, v)?,
             None => {
@@ -253,6 +289,50 @@ impl std::fmt::Display for Ipv4Prefix {
     }
 }
 
+/// The most entries any NF table takes (flows, mappings, MACs,
+/// destinations): 2^24. Checked before anything is allocated.
+pub const MAX_CAPACITY: usize = 1 << 24;
+
+/// A table capacity: 1 to [`MAX_CAPACITY`].
+pub(crate) fn check_capacity(what: &'static str, n: usize) -> Result<(), ConfigError> {
+    if n == 0 {
+        return Err(ConfigError::ZeroCapacity { what });
+    }
+    if n > MAX_CAPACITY {
+        return Err(ConfigError::TooLarge {
+            what,
+            given: n,
+            max: MAX_CAPACITY,
+        });
+    }
+    Ok(())
+}
+
+/// Refuse tables that would take more memory than the machine has
+/// available (`MemAvailable`): Linux would kill the process while the
+/// tables are filled in, instead of failing the allocation.
+pub(crate) fn check_memory(what: &'static str, bytes: usize) -> Result<(), ConfigError> {
+    let Some(avail) = mem_available() else {
+        return Ok(());
+    };
+    if bytes as u64 > avail {
+        return Err(ConfigError::OutOfMemory {
+            what,
+            need_mib: (bytes as u64).div_ceil(1 << 20),
+            avail_mib: avail >> 20,
+        });
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
 /// Check two distinct ports, both below `count`.
 pub(crate) fn lan_wan(lan: usize, wan: usize, count: usize) -> Result<(), ConfigError> {
     for p in [lan, wan] {
@@ -324,5 +404,21 @@ mod tests {
             Err(ConfigError::MissingValue("--a".into()))
         );
         assert_eq!(parse_bytes("375M"), Some(375_000_000));
+    }
+
+    #[test]
+    fn a_repeated_option_is_refused_unless_it_builds_a_list() {
+        assert_eq!(
+            for_each_option(["--capacity", "10", "--capacity=20"], |_, _| Ok(())),
+            Err(ConfigError::Duplicate("capacity".into()))
+        );
+        assert!(for_each_option(["--route", "a", "--route", "b"], |_, _| Ok(())).is_ok());
+        assert!(
+            crate::build("nat", ["--ext-ip", "10.0.0.1", "--ext-ip", "10.0.0.2"])
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("given twice")
+        );
     }
 }

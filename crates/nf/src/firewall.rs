@@ -72,11 +72,7 @@ impl FirewallConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         lan_wan(self.lan, self.wan, 2)?;
-        if self.capacity == 0 {
-            return Err(ConfigError::ZeroCapacity {
-                what: "firewall flow",
-            });
-        }
+        config::check_capacity("firewall flow", self.capacity)?;
         if self.expire.is_zero() {
             return Err(ConfigError::Zero { what: "--expire" });
         }
@@ -101,6 +97,10 @@ pub struct Firewall {
 impl Firewall {
     pub fn new(cfg: FirewallConfig) -> Result<Firewall, ConfigError> {
         cfg.validate()?;
+        config::check_memory(
+            "firewall",
+            FlowTable::<FlowKey, ()>::bytes_for(cfg.capacity),
+        )?;
         Ok(Firewall {
             flows: FlowTable::new(cfg.capacity, cfg.expire.as_nanos() as u64, crate::seed()),
             cfg,

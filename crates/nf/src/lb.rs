@@ -144,12 +144,8 @@ impl LbConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         lan_wan(self.lan, self.wan, 2)?;
-        if self.flow_capacity == 0 {
-            return Err(ConfigError::ZeroCapacity { what: "LB flow" });
-        }
-        if self.backend_capacity == 0 {
-            return Err(ConfigError::ZeroCapacity { what: "LB backend" });
-        }
+        config::check_capacity("LB flow", self.flow_capacity)?;
+        config::check_capacity("LB backend", self.backend_capacity)?;
         if self.flow_expire.is_zero() || self.backend_expire.is_zero() {
             return Err(ConfigError::Zero {
                 what: "an expiry time",
@@ -232,6 +228,11 @@ pub struct LoadBalancer {
 impl LoadBalancer {
     pub fn new(cfg: LbConfig) -> Result<LoadBalancer, ConfigError> {
         cfg.validate()?;
+        config::check_memory(
+            "LB",
+            FlowTable::<FlowKey, Affinity>::bytes_for(cfg.flow_capacity)
+                .saturating_add(KeyIndex::<IpKey>::bytes_for(cfg.backend_capacity)),
+        )?;
         let mut lb = LoadBalancer {
             slots: vec![
                 Slot {

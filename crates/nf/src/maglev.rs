@@ -54,9 +54,19 @@ pub fn is_prime(n: usize) -> bool {
     true
 }
 
+/// The largest table size taken: a prime below 2^22. A build (at start
+/// and at every backend change, on the data path) walks the whole table,
+/// about M·ln M steps; the paper uses 65537 and 655373.
+pub const MAX_TABLE_SIZE: usize = 4_194_301;
+
 impl MaglevTable {
-    /// `size` must be a prime larger than `max_backends`.
+    /// `size` must be a prime larger than `max_backends`, at most
+    /// [`MAX_TABLE_SIZE`] (checked first: testing a huge number for
+    /// primality takes long by itself).
     pub fn new(size: usize, max_backends: usize) -> Result<MaglevTable, ConfigError> {
+        if size > MAX_TABLE_SIZE {
+            return Err(ConfigError::TableTooLarge(size));
+        }
         if !is_prime(size) || size <= max_backends || max_backends >= usize::from(EMPTY) {
             return Err(ConfigError::BadTableSize(size, max_backends));
         }
@@ -175,6 +185,22 @@ mod tests {
     fn bad_sizes() {
         assert!(MaglevTable::new(100, 3).is_err());
         assert!(MaglevTable::new(3, 3).is_err());
+        // issue 14 item 4: a huge prime built for minutes
+        assert!(matches!(
+            MaglevTable::new(2_305_843_009_213_693_951, 3),
+            Err(ConfigError::TableTooLarge(_))
+        ));
+        let started = std::time::Instant::now();
+        let mut t = MaglevTable::new(MAX_TABLE_SIZE, 2).unwrap();
+        t.populate(&[
+            (0, Permutation::new(7, 11, MAX_TABLE_SIZE)),
+            (1, Permutation::new(3, 5, MAX_TABLE_SIZE)),
+        ]);
+        assert!(t.slots().iter().all(|&s| s != EMPTY));
+        eprintln!(
+            "Maglev table of {MAX_TABLE_SIZE} built in {:?}",
+            started.elapsed()
+        );
         if !cfg!(miri) {
             assert!(MaglevTable::new(65537, 32).is_ok());
         }

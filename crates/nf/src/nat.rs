@@ -251,9 +251,7 @@ impl NatConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         lan_wan(self.lan, self.wan, 2)?;
-        if self.capacity == 0 {
-            return Err(ConfigError::ZeroCapacity { what: "NAT flow" });
-        }
+        config::check_capacity("NAT flow", self.capacity)?;
         let t = &self.timeouts;
         for (d, what) in [
             (t.udp, "--udp-timeout"),
@@ -459,6 +457,12 @@ impl Nat {
         } else {
             cfg.capacity
         };
+        config::check_memory(
+            "NAT",
+            Slots::<Entry>::bytes_for(cfg.capacity)
+                .saturating_add(KeyIndex::<Endpoint>::bytes_for(cfg.capacity).saturating_mul(2))
+                .saturating_add(FlowTable::<Session, ()>::bytes_for(sessions)),
+        )?;
         Ok(Nat {
             mappings: Slots::with_lists(cfg.capacity, LISTS),
             by_internal: KeyIndex::new(cfg.capacity, seed),

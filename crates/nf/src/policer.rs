@@ -84,9 +84,7 @@ impl PolicerConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         lan_wan(self.lan, self.wan, 2)?;
-        if self.capacity == 0 {
-            return Err(ConfigError::ZeroCapacity { what: "policer" });
-        }
+        config::check_capacity("policer", self.capacity)?;
         if self.rate == 0 {
             return Err(ConfigError::Zero { what: "--rate" });
         }
@@ -117,6 +115,7 @@ impl Policer {
         cfg.validate()?;
         let refill_ns = (u128::from(cfg.burst) * NS).div_ceil(u128::from(cfg.rate));
         let timeout = u64::try_from(refill_ns).unwrap_or(u64::MAX).max(1);
+        config::check_memory("policer", FlowTable::<IpKey, u128>::bytes_for(cfg.capacity))?;
         Ok(Policer {
             buckets: FlowTable::new(cfg.capacity, timeout, crate::seed()),
             cfg,

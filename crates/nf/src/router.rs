@@ -217,6 +217,32 @@ impl RouterConfig {
                 _ => return err(format!("port {p} has more than one --iface")),
             }
         }
+        for (k, i) in self.ifaces.iter().enumerate() {
+            if i.mac.is_multicast() || i.mac.0 == [0; 6] {
+                return err(format!(
+                    "port {}: interface MAC {} is {}; an interface needs a unicast MAC",
+                    i.port,
+                    i.mac,
+                    if i.mac.0 == [0; 6] {
+                        "all zeros"
+                    } else {
+                        "a multicast or broadcast address"
+                    }
+                ));
+            }
+            if i.ip.is_unspecified() || i.ip.is_multicast() || i.ip.is_broadcast() {
+                return err(format!(
+                    "port {}: interface address {} cannot be a host's address",
+                    i.port, i.ip
+                ));
+            }
+            if let Some(other) = self.ifaces[..k].iter().find(|o| o.ip == i.ip) {
+                return err(format!(
+                    "ports {} and {} both have address {}: each interface needs its own",
+                    other.port, i.port, i.ip
+                ));
+            }
+        }
         for r in &self.routes {
             if r.port >= n {
                 return err(format!(

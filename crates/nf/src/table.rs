@@ -66,6 +66,16 @@ pub struct KeyIndex<K> {
 }
 
 impl<K: TableKey> KeyIndex<K> {
+    /// Bytes [`KeyIndex::new`] allocates for `capacity` keys.
+    pub fn bytes_for(capacity: usize) -> usize {
+        let n = capacity
+            .max(1)
+            .saturating_mul(2)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX);
+        n.saturating_mul(std::mem::size_of::<Bucket<K>>())
+    }
+
     /// Room for `capacity` keys; the bucket array is at least twice that.
     pub fn new(capacity: usize, seed: u64) -> KeyIndex<K> {
         let n = (capacity.max(1) * 2).next_power_of_two().max(16);
@@ -181,6 +191,11 @@ pub struct Slots<V> {
 }
 
 impl<V: Default> Slots<V> {
+    /// Bytes [`Slots::new`] allocates for `capacity` slots.
+    pub fn bytes_for(capacity: usize) -> usize {
+        capacity.saturating_mul(std::mem::size_of::<Entry<V>>() + std::mem::size_of::<u32>())
+    }
+
     /// `capacity` slots on one LRU list.
     pub fn new(capacity: usize) -> Slots<V> {
         Slots::with_lists(capacity, 1)
@@ -356,6 +371,11 @@ pub struct FlowTable<K, V> {
 }
 
 impl<K: TableKey, V: Default> FlowTable<K, V> {
+    /// Bytes [`FlowTable::new`] allocates for `capacity` entries.
+    pub fn bytes_for(capacity: usize) -> usize {
+        KeyIndex::<K>::bytes_for(capacity).saturating_add(Slots::<V>::bytes_for(capacity))
+    }
+
     /// `capacity` entries, expired after `timeout_ns` without [`FlowTable::touch`].
     pub fn new(capacity: usize, timeout_ns: u64, seed: u64) -> FlowTable<K, V> {
         FlowTable {

@@ -267,6 +267,37 @@ fn config_errors() {
     assert!(matches!(too_many, ConfigError::Router(m) if m.contains("/24")));
 }
 
+/// Issue 14 item 8: a multicast, broadcast or zero interface MAC, and one
+/// address on two interfaces, were accepted.
+#[test]
+fn interface_macs_are_unicast_and_addresses_distinct() {
+    let e = |s: &str| s.parse::<RouterConfig>().unwrap_err().to_string();
+    for mac in [
+        "01:00:5e:00:00:01",
+        "ff:ff:ff:ff:ff:ff",
+        "00:00:00:00:00:00",
+    ] {
+        let m = e(&format!("--iface 0,10.0.0.1/24,{mac}"));
+        assert!(m.contains("unicast MAC") && m.contains("port 0"), "{m}");
+    }
+    let m = e("--iface 0,10.0.0.1/24,02:00:00:00:00:01 --iface 1,10.0.0.1/16,02:00:00:00:00:02");
+    assert!(
+        m.contains("ports 0 and 1 both have address 10.0.0.1"),
+        "{m}"
+    );
+    for ip in ["0.0.0.0", "224.0.0.1", "255.255.255.255"] {
+        let m = e(&format!("--iface 0,{ip}/24,02:00:00:00:00:01"));
+        assert!(m.contains("cannot be a host's address"), "{m}");
+    }
+    let m = e("--iface 0,10.0.0.1/24,02:00:00:00:00:01 --icmp-rate 5 --icmp-rate 6");
+    assert!(m.contains("--icmp-rate") && m.contains("twice"), "{m}");
+    assert!(
+        "--iface 0,10.0.0.1/24,02:00:00:00:00:01 --iface 1,10.0.1.1/24,02:00:00:00:00:02"
+            .parse::<RouterConfig>()
+            .is_ok()
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
     /// Every forwarded packet verifies; nothing panics; all counted.
