@@ -65,6 +65,9 @@
 //!   Policies: `priority()`, `weighted_fair(resource=count|cycle|packet|bit)`,
 //!   `round_robin()`, `rate_limit(resource=bit|packet|cycle|count, limit=N
 //!   per second, max_burst=N units)` (burst defaults to 1 ms of `limit`).
+//!   The `cycle` resource is CPU time on the scheduler's clock in
+//!   nanoseconds (one unit = 1 ns, shown as `cpu_ns`), not TSC cycles as
+//!   in BESS; the daemon scales it by the nominal clock for GetTcStats.
 //!   Under a `priority` parent a class needs `priority=N` (lower runs
 //!   first); under `weighted_fair` it needs `share=N`.
 //! * **Module commands**: `m.CMD(args)` runs BESS-style module command

@@ -621,7 +621,7 @@ impl fmt::Display for PipelineStats {
             for c in &w.classes {
                 writeln!(
                     f,
-                    "  tc {} ({}{}) count={} cycles={} packets={} bits={} throttled={}",
+                    "  tc {} ({}{}) count={} cpu_ns={} packets={} bits={} throttled={}",
                     c.name,
                     c.policy,
                     c.parent

@@ -105,6 +105,12 @@ fn macswap_example_reflects_frames() {
             .contains("macswap1:0 -> 0:portout2  packets=100"),
         "{s}"
     );
+    // Issue 14 item 8: the scheduler measures nanoseconds and said "cycles".
+    let text = s.to_string();
+    assert!(
+        text.contains(" cpu_ns=") && !text.contains("cycles="),
+        "{s}"
+    );
 }
 
 #[test]
@@ -310,6 +316,11 @@ fn syntax_errors_name_the_place_and_what_was_expected() {
         ("worker w0 cores=1\n", "t.nfk:1:11: unknown worker option `cores`"),
         ("s::Source(a=1, a=2)\n", "t.nfk:1:16: argument `a` is given twice"),
         ("s::Source())\n", "t.nfk:1:12: unbalanced `)`"),
+        // issue 14: the pipeline's ports are checked as fwd's and nf's are
+        (
+            "port a = \"sim:0\"\nport b = \"sim:0\"\n",
+            "t.nfk:2:1: port `b` (\"sim:0\"): ports 1 (`sim:0`) and 2 (`sim:0`) use the same",
+        ),
     ];
     for (src, want) in cases {
         let got = build_err(src);
@@ -476,4 +487,36 @@ fn a_queue_moves_to_another_worker_when_the_graph_changes() {
             .map(|c| c.packets)
     };
     assert_eq!(on_b("x"), Some(9), "x's counters follow it to b");
+}
+
+/// Issue 14 item 8: an empty config ran with no warning, and a binary
+/// one was reported at position 0:0.
+#[test]
+fn empty_or_binary_files_are_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("nfkit-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let load = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        nfkit_pipeline::load(&p).unwrap_err().to_string()
+    };
+    for (name, bytes) in [("empty", &b""[..]), ("comments", b"# nothing\n\n")] {
+        let e = load(name, bytes);
+        assert!(e.contains("nothing to run") && !e.contains(":0:0"), "{e}");
+    }
+    let e = load("binary", b"port p = \"null:\"\n\x7fELF\x02\x01\xff\xfe");
+    assert!(
+        e.ends_with("binary:2:7: not a text file: byte 0xff (a config is UTF-8 text)"),
+        "{e}"
+    );
+    let e = load("nul", b"\n\nab\0cd");
+    assert!(e.contains("nul:3:3: not a text file: byte 0x00"), "{e}");
+    let e = nfkit_pipeline::load(dir.join("absent"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("cannot read the file") && !e.contains(":0:0"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

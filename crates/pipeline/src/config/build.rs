@@ -50,6 +50,26 @@ impl Desc {
         opts: BuildOptions,
     ) -> Result<Pipeline, ConfigError> {
         let err = |pos: Pos, msg: String| ConfigError::new(&self.file, pos, msg);
+        // The same interface, device or file twice is refused before
+        // anything opens (specs the port crate does not know are left to
+        // `open_port`).
+        let specs: Vec<(usize, nfkit_port::PortSpec)> = self
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.spec.parse().ok().map(|s| (i, s)))
+            .collect();
+        for k in 1..specs.len() {
+            let prefix: Vec<nfkit_port::PortSpec> =
+                specs[..=k].iter().map(|(_, s)| s.clone()).collect();
+            if let Err(msg) = nfkit_port::check_distinct(&prefix) {
+                let p = &self.ports[specs[k].0];
+                return Err(err(
+                    p.pos,
+                    format!("port `{}` (\"{}\"): {msg}", p.name, p.spec),
+                ));
+            }
+        }
         let mut ports: Vec<(String, SharedPort)> = Vec::new();
         for p in &self.ports {
             let port = open_port(&p.spec).map_err(|e| {

@@ -35,6 +35,10 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.pos.line == 0 {
+            // about the whole file (unreadable, empty): no position
+            return write!(f, "{}: {}", self.file, self.msg);
+        }
         write!(
             f,
             "{}:{}:{}: {}",
@@ -144,16 +148,47 @@ pub fn load(path: impl AsRef<Path>) -> Result<Desc, ConfigError> {
     load_with(path, &Registry::default())
 }
 
-/// Read and parse a config file, knowing the classes of `registry`.
+/// Read and parse a config file, knowing the classes of `registry`. A
+/// file that is not text (invalid UTF-8 or a NUL byte) is refused at the
+/// first such byte, and one that declares no port and no module (empty,
+/// or only comments) is refused: there would be nothing to run.
 pub fn load_with(path: impl AsRef<Path>, registry: &Registry) -> Result<Desc, ConfigError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|e| {
+    let whole = |msg: String| ConfigError::new(&file, Pos { line: 0, col: 0 }, msg);
+    let bytes = std::fs::read(path).map_err(|e| whole(format!("cannot read the file: {e}")))?;
+    let src = text(&bytes).map_err(|(pos, byte)| {
         ConfigError::new(
             &file,
-            Pos { line: 0, col: 0 },
-            format!("cannot read the file: {e}"),
+            pos,
+            format!("not a text file: byte 0x{byte:02x} (a config is UTF-8 text)"),
         )
     })?;
-    parse_with(&src, &file, registry)
+    let desc = parse_with(src, &file, registry)?;
+    if desc.ports.is_empty() && desc.modules.is_empty() {
+        return Err(whole(
+            "declares no port and no module: nothing to run (an empty file?)".into(),
+        ));
+    }
+    Ok(desc)
+}
+
+/// `bytes` as text, or the position and value of the first byte that
+/// is not (invalid UTF-8, or NUL).
+fn text(bytes: &[u8]) -> Result<&str, (Pos, u8)> {
+    let (valid, invalid_at) = match std::str::from_utf8(bytes) {
+        Ok(s) => (s, None),
+        Err(e) => {
+            let valid = std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default();
+            (valid, Some(e.valid_up_to()))
+        }
+    };
+    let bad = valid.find('\0').or(invalid_at);
+    let Some(at) = bad else {
+        return Ok(valid);
+    };
+    let before = &valid[..at.min(valid.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    Err((Pos { line, col }, bytes[at]))
 }

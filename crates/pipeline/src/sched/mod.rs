@@ -29,7 +29,8 @@ use std::fmt;
 pub enum Resource {
     /// Times scheduled.
     Count,
-    /// Time spent running, in scheduler-clock ticks (nanoseconds).
+    /// Time spent running, in scheduler-clock ticks: nanoseconds, not
+    /// TSC cycles (the name is BESS's; shown as `cpu_ns`).
     Cycle,
     Packet,
     /// Frame bits (bytes × 8).
