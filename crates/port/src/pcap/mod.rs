@@ -3,8 +3,9 @@
 //! Replay reads the whole file at open ([`capture`]) and copies frames
 //! from memory into pool buffers, as fast as the receiver polls or at the
 //! file's pace (`timing=file`), `loop=N` times (0 = forever). Frames that
-//! do not fit a buffer are skipped and counted in `rx_errors` (and
-//! reported once). Output is a pcap file with nanosecond timestamps and
+//! do not fit a buffer are dropped and counted in `rx_dropped`, the
+//! reason said once at open (a warning) and at the first such frame:
+//! the file is fine, the buffer is the limit. Output is a pcap file with nanosecond timestamps and
 //! the Ethernet link type; a port without an output file discards what it
 //! is sent and counts it in `tx_dropped`.
 
@@ -66,7 +67,7 @@ impl PcapPort {
                 if oversize > 0 {
                     tracing::warn!(
                         port = name,
-                        "{oversize} frame(s) are larger than a buffer ({} bytes); they will be skipped and counted in rx_errors",
+                        "{oversize} frame(s) are larger than a buffer ({} bytes): they will be dropped, counted in rx_dropped (reason: larger than a buffer)",
                         pool.data_room()
                     );
                 }
@@ -222,10 +223,10 @@ impl Port for PcapPort {
             let frame = r.capture.frames()[r.next];
             if frame.len > self.pool.data_room() {
                 r.next += 1;
-                self.stats.rx_errors += 1;
+                self.stats.rx_dropped += 1;
                 if !self.warned_oversize {
                     self.warned_oversize = true;
-                    tracing::warn!(port = %self.name, len = frame.len, "frame larger than a buffer skipped (counted in rx_errors)");
+                    tracing::warn!(port = %self.name, len = frame.len, "frame larger than a buffer dropped (counted in rx_dropped)");
                 }
                 continue;
             }
