@@ -23,6 +23,10 @@ struct Cli {
     /// Show only errors (warnings are shown by default; RUST_LOG overrides).
     #[arg(long, global = true)]
     quiet: bool,
+    /// Cores for the data path, DPDK style (`2`, `0-3`, `1,3`): fwd, nf
+    /// and pktgen pin it to the first (default: the core it starts on).
+    #[arg(long, global = true)]
+    cores: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -134,6 +138,11 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     nfkit_lab::init_tracing_quiet(cli.quiet);
     let force = cli.force;
+    let cores = cli
+        .cores
+        .as_deref()
+        .map(nfkit_lab::cores::parse)
+        .transpose()?;
     match cli.cmd {
         Cmd::Demo {
             seconds,
@@ -164,6 +173,7 @@ fn main() -> Result<()> {
             seconds,
             queues,
             force,
+            cores,
         })?,
         Cmd::Pktgen {
             ports,
@@ -196,6 +206,7 @@ fn main() -> Result<()> {
                 seconds,
                 rx,
                 force,
+                cores,
             })?;
             nfkit::print::pktgen_results(&results, rx);
         }
@@ -203,6 +214,9 @@ fn main() -> Result<()> {
         Cmd::Nf { args } => {
             let mut args = nfkit::nf::parse_args(&args)?;
             args.force |= force;
+            if cores.is_some() {
+                args.cores = cores;
+            }
             let summary = nfkit_lab::nf::run(&args)?;
             nfkit::nf::print_summary(&args, &summary);
             summary.check()?;

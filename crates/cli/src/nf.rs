@@ -15,6 +15,7 @@ usage: nfkit nf NAME --lan SPEC --wan SPEC [--model agent|queue] [--seconds N] [
   --model agent|queue      driver model (default queue)
   --seconds N              stop after N seconds (default: Ctrl-C, or when every source is done)
   --table                  print the NF's table every second too (bridge MACs, LB backends, NAT mappings)
+  --cores LIST             the data path's core, DPDK style (2, 0-3): pinned to the first (default: where it starts)
 With only sim:N ports the NF runs on simulated 82599s (real 82599 agents with --model agent)
 and its benchmark workload (60,000 flows) feeds its input port; without NF options the
 workload's are used: nfkit nf lb --lan sim:0 --wan sim:1 --model agent --seconds 5";
@@ -36,13 +37,21 @@ pub fn parse_args(args: &[String]) -> Result<NfArgs> {
         table_every_second: false,
         nf_options: Vec::new(),
         force: false,
+        cores: None,
     };
     let mut it = rest.iter();
+    let mut seen: Vec<&str> = Vec::new();
     while let Some(a) = it.next() {
         let (key, inline) = match a.split_once('=') {
             Some((k, v)) if k.starts_with("--") => (k, Some(v.to_string())),
             _ => (a.as_str(), None),
         };
+        if matches!(key, "--lan" | "--wan" | "--model" | "--seconds" | "--cores") {
+            if seen.contains(&key) {
+                bail!("`{key}` is given twice");
+            }
+            seen.push(key);
+        }
         let mut value = || -> Result<String> {
             inline
                 .clone()
@@ -66,6 +75,7 @@ pub fn parse_args(args: &[String]) -> Result<NfArgs> {
             }
             "--table" => out.table_every_second = true,
             "--force" => out.force = true,
+            "--cores" => out.cores = Some(nfkit_lab::cores::parse(&value()?)?),
             "-h" | "--help" => bail!("{USAGE}\n{}", nf_list()),
             _ => out.nf_options.push(a.clone()),
         }
@@ -100,11 +110,10 @@ pub fn print_summary(args: &NfArgs, s: &NfSummary) {
         );
     }
     println!("{}", nf_line(&args.name, &s.stats));
+    let t = s.totals();
     println!(
-        "every packet accounted for: in {} = forwarded {} + dropped {}",
-        s.stats.packets_in,
-        s.stats.forwarded,
-        s.stats.dropped_total()
+        "every packet accounted for: in {} = forwarded {} + dropped {} ({} of them refused by a port)",
+        t.packets_in, t.forwarded, t.dropped, t.refused
     );
     println!("table ({} entries):", s.table.len());
     for l in s.table.iter().take(TABLE_LINES) {
@@ -143,5 +152,13 @@ mod tests {
         assert!(parse_args(&args("nat --lan null:")).is_err());
         assert!(parse_args(&args("nat --lan null: --wan null: --model x")).is_err());
         assert!(parse_args(&args("nat --lan")).is_err());
+        // issue 14 item 8: the second silently won
+        for twice in [
+            "nat --lan null: --lan null: --wan null:",
+            "nat --lan null: --wan null: --seconds 1 --seconds=2",
+        ] {
+            let e = parse_args(&args(twice)).unwrap_err().to_string();
+            assert!(e.contains("given twice"), "{e}");
+        }
     }
 }

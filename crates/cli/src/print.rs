@@ -44,6 +44,12 @@ pub fn demo_summary(opts: &DemoOptions, r: &DemoReport) {
 pub fn pktgen_results(results: &[PortResult], rx: bool) {
     for r in results {
         print!("[Device: {}] sent {} packets", r.name, r.sent);
+        if r.unsent > 0 {
+            print!(
+                " ({} more generated, not taken by the port at the end)",
+                r.unsent
+            );
+        }
         if rx {
             print!(
                 ", received {} back, lost {}, reordered {}; {}",

@@ -31,11 +31,26 @@ pub struct FwdArgs {
     pub queues: usize,
     /// Take pci: devices the kernel is using (`--force`).
     pub force: bool,
+    /// `--cores LIST` (parsed): the data path runs on the first.
+    pub cores: Option<Vec<usize>>,
+}
+
+/// The most queues `--queues` takes (the 82599 spreads over 16 with RSS;
+/// the software ports fewer).
+pub const MAX_QUEUES: usize = 64;
+
+/// `--queues N`: 1 to [`MAX_QUEUES`].
+pub fn check_queues(queues: usize) -> Result<()> {
+    if !(1..=MAX_QUEUES).contains(&queues) {
+        bail!("--queues {queues}: a port has 1 to {MAX_QUEUES} queues");
+    }
+    Ok(())
 }
 
 /// Forward until `args.seconds` pass, Ctrl-C, or finite sources end,
 /// printing per-second lines and a summary.
 pub fn run(args: &FwdArgs) -> Result<()> {
+    check_queues(args.queues)?;
     let specs: Vec<PortSpec> = args
         .ports
         .iter()
@@ -62,6 +77,7 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     let mut a = reg.open(&specs[0], &opts)?;
     let mut b = reg.open(&specs[1], &opts)?;
     lab.start_load();
+    eprintln!("{}", crate::cores::pin_data_path(args.cores.as_deref())?);
     let report = match args.model.on(false) {
         Model::Queue => queues(&mut *a, &mut *b, &stop)?,
         _ => adapter(&mut *a, &mut *b, &stop),

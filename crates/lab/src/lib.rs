@@ -19,6 +19,7 @@
 //! driver model), [`pktgen`], [`run`] and [`doctor`].
 #![forbid(unsafe_code)]
 
+pub mod cores;
 pub mod cost;
 pub mod daemon;
 pub mod demo;

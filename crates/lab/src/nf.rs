@@ -44,6 +44,8 @@ pub struct NfArgs {
     pub nf_options: Vec<String>,
     /// Take pci: devices the kernel is using (`--force`).
     pub force: bool,
+    /// `--cores LIST` (parsed): the data path runs on the first.
+    pub cores: Option<Vec<usize>>,
 }
 
 /// The NF's counters on one line.
@@ -81,12 +83,42 @@ pub struct NfSummary {
     pub table: Vec<String>,
 }
 
+/// The run's books, with frames a port refused counted as drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub packets_in: u64,
+    /// Forwarded by the NF and taken by the port.
+    pub forwarded: u64,
+    /// Dropped by the NF, or refused by the port it was sent to.
+    pub dropped: u64,
+    /// Of `dropped`, refused by a port (its ring full): each is also in
+    /// that port's `tx_dropped`.
+    pub refused: u64,
+}
+
 impl NfSummary {
+    /// Every packet in was forwarded (and taken by its port) or dropped
+    /// (by the NF, or refused by the port). A flooded packet is several
+    /// frames: at most the NF's forwarded count is moved to the drops.
+    pub fn totals(&self) -> Totals {
+        let s = &self.stats;
+        let refused = self.send_dropped.iter().sum::<u64>().min(s.forwarded);
+        Totals {
+            packets_in: s.packets_in,
+            forwarded: s.forwarded - refused,
+            dropped: s.dropped_total() + refused,
+            refused,
+        }
+    }
+
     /// The NF's books: every packet in was forwarded or dropped.
     pub fn check(&self) -> Result<()> {
         let s = &self.stats;
-        if s.packets_in != s.forwarded + s.dropped_total() {
-            bail!("the NF's counters do not add up: {s:?}");
+        let t = self.totals();
+        if s.packets_in != s.forwarded + s.dropped_total()
+            || t.packets_in != t.forwarded + t.dropped
+        {
+            bail!("the NF's counters do not add up: {s:?}, {t:?}");
         }
         Ok(())
     }
@@ -211,6 +243,7 @@ fn run_ports(
         RefCell::new(owned.iter_mut().map(|p| &mut **p as _).collect());
     let stop = stop_flag(args.seconds);
     lab.start_load();
+    eprintln!("{}", crate::cores::pin_data_path(args.cores.as_deref())?);
     let port_stats = || -> Vec<QueueStats> { ports.borrow().iter().map(|p| p.stats()).collect() };
     let names = ports
         .borrow()
@@ -268,4 +301,32 @@ fn run_sim(args: &NfArgs, nf: &mut dyn NetworkFunction) -> Result<PortCounts> {
     let ports = device_stats();
     let sent = ports.iter().map(|p| p.tx_packets).collect();
     Ok((ports, sent, refused))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nfkit_nf::Verdict;
+
+    /// Issue 14 item 12: frames a port refused were inside "forwarded".
+    #[test]
+    fn refused_frames_are_drops_in_the_totals() {
+        let mut stats = NfStats::default();
+        for _ in 0..10 {
+            stats.record(&Verdict::Forward { port: 1, len: 60 });
+        }
+        let summary = NfSummary {
+            stats,
+            ports: vec![QueueStats::default(); 2],
+            sent: vec![0, 10],
+            send_dropped: vec![0, 3],
+            table: Vec::new(),
+        };
+        let t = summary.totals();
+        assert_eq!(
+            (t.packets_in, t.forwarded, t.dropped, t.refused),
+            (10, 7, 3, 3)
+        );
+        summary.check().unwrap();
+    }
 }

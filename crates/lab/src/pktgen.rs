@@ -426,14 +426,39 @@ pub struct PktgenArgs {
     pub rx: bool,
     /// Take pci: devices the kernel is using (`--force`).
     pub force: bool,
+    /// `--cores LIST` (parsed): the generator runs on the first.
+    pub cores: Option<Vec<usize>>,
 }
 
 /// What one port's generator did.
 #[derive(Debug)]
 pub struct PortResult {
     pub name: String,
+    /// Frames the port took.
     pub sent: u64,
+    /// Frames generated that the port had not taken when the run ended
+    /// (its ring stayed full for [`FLUSH_TIME`]): freed, not sent, and
+    /// so not counted as lost.
+    pub unsent: u64,
     pub receiver: Receiver,
+}
+
+/// How long, after the end (count reached, `--seconds`, Ctrl-C), the
+/// frames already generated may wait for a port to take them, and the
+/// frames on their way may take to come back.
+pub const FLUSH_TIME: Duration = Duration::from_millis(300);
+
+/// A rate limit must be a positive finite number (0 would never send,
+/// and with `--count` never end).
+pub fn check_rate(rate: &RateLimit) -> Result<()> {
+    let (v, what) = match *rate {
+        RateLimit::Pps(v) => (v, "--rate-pps"),
+        RateLimit::WireMbit(v) => (v, "--rate-mbit"),
+    };
+    if !(v.is_finite() && v > 0.0) {
+        anyhow::bail!("{what} {v}: a rate must be a positive number (leave it out for no limit)");
+    }
+    Ok(())
 }
 
 /// Run the generator on every port until the count or time is reached
@@ -446,6 +471,9 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     use std::sync::atomic::Ordering;
     use std::time::Instant;
 
+    if let Some(rate) = &args.gen.rate {
+        check_rate(rate)?;
+    }
     let specs = args
         .ports
         .iter()
@@ -482,6 +510,7 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     let mut receivers: Vec<Receiver> = ports.iter().map(|_| Receiver::default()).collect();
     let mut rx = Batch::new();
     let stop = stop_flag(args.seconds);
+    eprintln!("{}", crate::cores::pin_data_path(args.cores.as_deref())?);
     let start = Instant::now();
     let mut lines = RateLines::new(
         ports.iter().map(|p| p.name().to_string()).collect(),
@@ -489,18 +518,32 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     );
     let limit = args.count.unwrap_or(u64::MAX);
     let mut done_at: Option<Instant> = None;
+    let mut unsent = vec![0u64; ports.len()];
+    // When generation ended (count reached everywhere, or stop).
+    let mut ending: Option<Instant> = None;
     loop {
         let elapsed = start.elapsed();
+        let stopping = stop.load(Ordering::Relaxed);
         let mut all_done = true;
+        let mut generating = false;
         for i in 0..ports.len() {
             let room = limit.saturating_sub(gens[i].sent()).min(MAX_BATCH_FILL) as usize;
-            if room > 0 && !stop.load(Ordering::Relaxed) {
+            if room > 0 && !stopping {
                 all_done = false;
+                generating = true;
                 gens[i].fill(&mut pending[i], &mut caches[i], elapsed, room);
             }
             if !pending[i].is_empty() {
                 all_done = false;
                 ports[i].tx_batch(0, &mut pending[i]);
+            }
+            if !generating && !pending[i].is_empty() {
+                // The end: a port that does not take the last frames
+                // within FLUSH_TIME keeps them no longer.
+                if ending.is_some_and(|t| t.elapsed() > FLUSH_TIME) {
+                    unsent[i] += pending[i].len() as u64;
+                    pending[i].clear();
+                }
             }
             if args.rx {
                 for q in 0..ports[i].rx_queues() {
@@ -520,10 +563,13 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
                 }
             }
         }
+        if !generating {
+            ending.get_or_insert_with(Instant::now);
+        }
         if all_done {
-            // give the last frames time to come back
+            // give the frames on their way time to come back
             let d = *done_at.get_or_insert_with(Instant::now);
-            if !args.rx || d.elapsed() > Duration::from_millis(200) {
+            if !args.rx || d.elapsed() > FLUSH_TIME {
                 break;
             }
         }
@@ -532,9 +578,11 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
         .iter()
         .zip(gens)
         .zip(receivers)
-        .map(|((p, g), receiver)| PortResult {
+        .zip(unsent)
+        .map(|(((p, g), receiver), unsent)| PortResult {
             name: p.name().to_string(),
-            sent: g.sent(),
+            sent: g.sent() - unsent,
+            unsent,
             receiver,
         })
         .collect();
