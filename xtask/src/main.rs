@@ -12,6 +12,8 @@
 //! - `cargo xtask daemon-python`: only that test (a venv under target/).
 //! - `cargo xtask deps`: only the installation step (and nightly with miri).
 //! - `cargo xtask miri`: only the miri step.
+//! - `cargo xtask paths`: the data path's path counts beside TinyNF's
+//!   (`verify.rs`; `test` runs it too).
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS each (`fuzz.rs`).
@@ -91,6 +93,7 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz::main(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("miri") => verify::miri(),
+        Some("paths") => verify::paths(),
         Some("daemon-python") => pyclient::daemon_python(),
         Some("bench") => bench(&args[1..]),
         _ => {
@@ -101,6 +104,7 @@ fn main() -> Result<()> {
                  deps             only install the Debian packages the tests use\n  \
                  guest ...        the QEMU guest harness\n  \
                  miri             miri over the pure data-path code (nightly)\n  \
+                 paths            path counts per data-path function, beside TinyNF's\n  \
                  bench ...        benchmarks (print figures)"
             );
             bail!("no command given")
@@ -220,6 +224,7 @@ fn test(args: &[String]) -> Result<()> {
     pyclient::daemon_python()?;
     verify::loom()?;
     verify::model_check()?;
+    verify::paths()?;
     if !quick {
         // Long runs: 10 million packets through each driver model against
         // the free-running 82599 model, in an optimised build.
