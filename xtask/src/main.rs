@@ -26,7 +26,7 @@ mod verify;
 
 use anyhow::{bail, Context, Result};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Debian packages the tests use, by the command (or, starting with `/`,
 /// the file) that proves each present.
@@ -139,15 +139,35 @@ fn have(cmd: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Every stage run so far: (name, time, passed), for the summary.
+static STAGES: std::sync::Mutex<Vec<(String, Duration, bool)>> = std::sync::Mutex::new(Vec::new());
+
 fn run(name: &str, cmd: &mut Command) -> Result<()> {
     let start = Instant::now();
     eprintln!("==> {name}");
-    let status = cmd.status().with_context(|| format!("starting {name}"))?;
-    eprintln!("<== {name}: {status} in {:.1?}", start.elapsed());
+    let status = cmd.status().with_context(|| format!("starting {name}"));
+    let took = start.elapsed();
+    let passed = status.as_ref().is_ok_and(|s| s.success());
+    if let Ok(mut stages) = STAGES.lock() {
+        stages.push((name.to_string(), took, passed));
+    }
+    let status = status?;
+    eprintln!("<== {name}: {status} in {took:.1?}");
     if !status.success() {
         bail!("{name} failed ({status})");
     }
     Ok(())
+}
+
+/// A table of every stage's time (the last one failed if `test` did).
+fn print_stage_summary(total: Duration) {
+    let Ok(stages) = STAGES.lock() else { return };
+    eprintln!("\nstage times:");
+    for (name, took, passed) in stages.iter() {
+        let mark = if *passed { "" } else { "  FAILED" };
+        eprintln!("  {:>8.1} s  {name}{mark}", took.as_secs_f64());
+    }
+    eprintln!("  {:>8.1} s  in all", total.as_secs_f64());
 }
 
 fn cargo() -> Command {
@@ -193,8 +213,16 @@ fn install_deps() -> Result<()> {
 }
 
 fn test(args: &[String]) -> Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
     let started = Instant::now();
+    let result = test_stages(args);
+    print_stage_summary(started.elapsed());
+    result?;
+    eprintln!("all tests passed in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+fn test_stages(args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
     install_deps()?;
     run(
         "cargo fmt --check",
@@ -245,23 +273,47 @@ fn test(args: &[String]) -> Result<()> {
         guest::run_guest_tests()?;
         // miri over packet views, tables, Maglev, the scheduler, the pool.
         verify::miri()?;
+        // One release build of the command, the benchmarks and the soak:
+        // built together, their dependencies get one feature set and are
+        // compiled once (built apart, the soak's differ, e.g. libc's and
+        // syn's, and nearly its whole tree was compiled again).
+        release_build()?;
         rfc2544_smoke()?;
         // Every fuzz target briefly (nightly), 4 minutes in all with the build.
-        fuzz::ci(std::time::Duration::from_secs(240))?;
-        soak(&["--seconds".into(), "60".into()])?;
+        fuzz::ci(Duration::from_secs(240))?;
+        run_soak(&["--seconds".into(), "60".into()])?;
     }
-    eprintln!("all tests passed in {:.1?}", started.elapsed());
     Ok(())
+}
+
+/// The release binaries `test` runs: nfkit, nfkit-bench, nfkit-soak.
+fn release_build() -> Result<()> {
+    run(
+        "build nfkit, nfkit-bench and nfkit-soak (release)",
+        cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "nfkit",
+            "-p",
+            "nfkit-bench",
+            "-p",
+            "nfkit-soak",
+        ]),
+    )
+}
+
+fn release_bin(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
+        .join("release")
+        .join(name)
 }
 
 /// `nfkit bench rfc2544 --quick` against the NAT in both driver models
 /// over vhost-user and the simulated 82599 (64-byte frames): a smoke
 /// test that checks the figures and plots exist, judging none.
+/// (Built by [`release_build`].)
 fn rfc2544_smoke() -> Result<()> {
-    run(
-        "build nfkit and nfkit-bench (release)",
-        cargo().args(["build", "--release", "-p", "nfkit", "-p", "nfkit-bench"]),
-    )?;
     let target = std::path::PathBuf::from(
         std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
     );
@@ -269,7 +321,7 @@ fn rfc2544_smoke() -> Result<()> {
     let _ = std::fs::remove_dir_all(&out);
     run(
         "nfkit bench rfc2544 --quick (smoke)",
-        Command::new(target.join("release").join("nfkit"))
+        Command::new(release_bin("nfkit"))
             .args(["bench", "rfc2544", "--quick", "--size", "64"])
             .args(["--dut", "nf:nat@agent", "--dut", "nf:nat@queue"])
             .args(["--wiring", "vhost", "--wiring", "sim", "--out"])
@@ -310,10 +362,13 @@ fn rfc2544_smoke() -> Result<()> {
 /// `crates/soak` at full rate for N seconds (default 60), checked every
 /// few seconds (packets, buffers, wrapped counters, resident memory).
 fn soak(args: &[String]) -> Result<()> {
-    let mut cmd = cargo();
-    cmd.args(["run", "--release", "-p", "nfkit-soak", "--"])
-        .args(args);
-    run("soak", &mut cmd)
+    release_build()?;
+    run_soak(args)
+}
+
+/// The soak binary [`release_build`] built.
+fn run_soak(args: &[String]) -> Result<()> {
+    run("soak", Command::new(release_bin("nfkit-soak")).args(args))
 }
 
 fn bench(args: &[String]) -> Result<()> {
