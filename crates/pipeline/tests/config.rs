@@ -319,7 +319,7 @@ fn syntax_errors_name_the_place_and_what_was_expected() {
         // issue 14: the pipeline's ports are checked as fwd's and nf's are
         (
             "port a = \"sim:0\"\nport b = \"sim:0\"\n",
-            "t.nfk:2:1: port `b` (\"sim:0\"): ports 1 (`sim:0`) and 2 (`sim:0`) use the same",
+            "t.nfk:2:6: port `b` (\"sim:0\"): ports 1 (`sim:0`) and 2 (`sim:0`) use the same",
         ),
     ];
     for (src, want) in cases {
