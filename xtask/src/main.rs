@@ -46,6 +46,8 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "fonts-dejavu-core",
     ),
     ("tshark", "tshark"),
+    // the daemon's --metrics test scrapes it with a real Prometheus server
+    ("prometheus", "prometheus"),
     ("traceroute", "traceroute"),
     ("valgrind", "valgrind"),
     ("qemu-system-x86_64", "qemu-system-x86"),

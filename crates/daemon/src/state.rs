@@ -1402,3 +1402,34 @@ fn mac_str(m: [u8; 6]) -> String {
         .collect::<Vec<_>>()
         .join(":")
 }
+
+// ---- read-only views for the metrics endpoint (crate::metrics) ----
+
+impl Daemon {
+    /// Every counter of the pipeline: modules, gates, workers, classes.
+    pub fn pipeline_stats(&self) -> nfkit_pipeline::PipelineStats {
+        self.pipeline.stats()
+    }
+
+    /// Every port's counters as (name, driver, counters): ports a
+    /// worker holds are read between two batches, one pause for all.
+    pub fn port_counters(&mut self) -> Res<Vec<(String, String, nfkit_port::QueueStats)>> {
+        let read = |d: &Self| {
+            d.ports
+                .iter()
+                .map(|p| (p.name.clone(), p.driver.clone(), p.port.stats()))
+                .collect::<Vec<_>>()
+        };
+        let in_use = self.modules.values().any(|m| m.port.is_some());
+        if in_use {
+            self.paused(read)
+        } else {
+            Ok(read(self))
+        }
+    }
+
+    /// The daemon's packet buffer pool: (buffers, free buffers).
+    pub fn pool_occupancy(&self) -> (usize, usize) {
+        (self.pool.capacity(), self.pool.free_count())
+    }
+}
