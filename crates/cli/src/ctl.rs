@@ -45,6 +45,21 @@ pub enum CtlCmd {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Capture a gate as pcap (a TcpDump gate hook writing into a FIFO
+    /// this command makes): `nfkit ctl tcpdump m:0 | tcpdump -r -`.
+    Tcpdump {
+        /// MODULE[:GATE] (gate 0 by default).
+        gate: String,
+        /// Which side of the module.
+        #[arg(value_enum, default_value = "out")]
+        dir: GateSide,
+        /// Write to FILE instead of stdout.
+        #[arg(short = 'w', long)]
+        write: Option<PathBuf>,
+        /// Stop after this many packets.
+        #[arg(short = 'c', long)]
+        count: Option<u64>,
+    },
     /// Pause every worker (between two batches).
     Pause,
     /// Resume the workers.
@@ -100,6 +115,12 @@ pub enum MonitorWhat {
     Port,
     Tc,
     Pipeline,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GateSide {
+    In,
+    Out,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -194,6 +215,37 @@ pub fn run(target: Target, cmd: CtlCmd) -> Result<()> {
                     r.and_then(|_| o.flush()).is_ok()
                 },
             )?;
+            String::new()
+        }
+        CtlCmd::Tcpdump {
+            gate,
+            dir,
+            write,
+            count,
+        } => {
+            let (m, g) = nfkit_ctl::parse_gate(&gate).map_err(anyhow::Error::msg)?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s2 = stop.clone();
+            // Ctrl-C: take the hook off before exiting.
+            let _ =
+                ctrlc::set_handler(move || s2.store(true, std::sync::atomic::Ordering::Relaxed));
+            let mut out: Box<dyn Write> = match &write {
+                Some(p) => Box::new(
+                    std::fs::File::create(p)
+                        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", p.display()))?,
+                ),
+                None => Box::new(std::io::stdout().lock()),
+            };
+            let n = nfkit_ctl::tcpdump::run(
+                &mut c,
+                &m,
+                g,
+                dir == GateSide::Out,
+                count,
+                &stop,
+                &mut out,
+            )?;
+            eprintln!("{} packets captured", n.packets);
             String::new()
         }
         CtlCmd::Pause => {

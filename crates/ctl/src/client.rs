@@ -469,6 +469,28 @@ impl Ctl {
         })
     }
 
+    /// ConfigureGateHook; the hook's name.
+    pub fn configure_gate_hook(
+        &mut self,
+        hook: pb::GateHookInfo,
+        enable: bool,
+    ) -> Result<String, CtlError> {
+        Ok(rpc!(
+            self,
+            configure_gate_hook,
+            "ConfigureGateHook",
+            pb::ConfigureGateHookRequest {
+                hook: Some(hook),
+                enable,
+            }
+        )
+        .name)
+    }
+
+    pub fn gate_hooks(&mut self) -> Result<Vec<pb::GateHookInfo>, CtlError> {
+        Ok(rpc!(self, list_gate_hooks, "ListGateHooks", pb::EmptyRequest {}).hooks)
+    }
+
     pub fn reset_all(&mut self) -> Result<(), CtlError> {
         rpc!(self, reset_all, "ResetAll", pb::EmptyRequest {});
         Ok(())

@@ -14,6 +14,7 @@ pub mod client;
 pub mod monitor;
 pub mod script;
 pub mod show;
+pub mod tcpdump;
 
 pub use client::{Ctl, Target};
 

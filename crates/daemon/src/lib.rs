@@ -27,6 +27,7 @@
 
 pub mod drivers;
 pub mod error;
+pub mod hooks;
 pub mod mclass;
 pub mod metrics;
 pub mod reflect;

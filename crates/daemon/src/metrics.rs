@@ -291,6 +291,36 @@ pub fn render(d: &mut Daemon) -> String {
         );
     }
 
+    // TcpDump gate hooks.
+    let caps: Vec<_> = d
+        .hooks()
+        .taps
+        .iter()
+        .map(|e| {
+            (
+                vec![
+                    ("module", e.module.clone()),
+                    ("gate", e.gate.to_string()),
+                    ("direction", if e.out { "out" } else { "in" }.to_string()),
+                ],
+                e.tap.written(),
+                e.tap.dropped(),
+            )
+        })
+        .collect();
+    f.metric(
+        "nfkit_capture_packets_total",
+        "counter",
+        "Packets a TcpDump gate hook wrote to its FIFO.",
+        caps.iter().map(|c| (c.0.clone(), c.1 as f64)),
+    );
+    f.metric(
+        "nfkit_capture_dropped_packets_total",
+        "counter",
+        "Packets a TcpDump gate hook could not write (FIFO full, reader gone); forwarding is unaffected.",
+        caps.iter().map(|c| (c.0.clone(), c.2 as f64)),
+    );
+
     // The buffer pool.
     let (cap, free) = d.pool_occupancy();
     f.metric(

@@ -67,6 +67,8 @@ pub struct Daemon {
     /// Requests served, for the log at exit.
     pub requests: u64,
     tsc_mhz: f64,
+    /// Gate hooks set over the service (TcpDump taps).
+    hooks: crate::hooks::Hooks,
 }
 
 fn now_secs() -> f64 {
@@ -249,6 +251,7 @@ impl Daemon {
             w0_adopted: false,
             requests: 0,
             tsc_mhz: tsc_mhz(),
+            hooks: Default::default(),
         })
     }
 
@@ -1426,6 +1429,52 @@ impl Daemon {
         } else {
             Ok(read(self))
         }
+    }
+
+    /// The gate hooks set over the service.
+    pub fn hooks(&mut self) -> &mut crate::hooks::Hooks {
+        &mut self.hooks
+    }
+
+    /// The modules' names.
+    pub fn module_names(&self) -> Vec<String> {
+        self.modules.keys().cloned().collect()
+    }
+
+    /// That `module` has gate `gate` on side `dir`.
+    pub fn check_gate(
+        &self,
+        module: &str,
+        dir: nfkit_pipeline::hooks::GateDir,
+        gate: usize,
+    ) -> Res<()> {
+        let m = self.module(module)?;
+        let (have, side) = match dir {
+            nfkit_pipeline::hooks::GateDir::In => (m.igates, "input"),
+            nfkit_pipeline::hooks::GateDir::Out => (m.ogates, "output"),
+        };
+        if gate >= have {
+            return Err(Fail::inval(format!(
+                "module `{module}` ({}) has {have} {side} gate(s); gate {gate} does not exist",
+                m.class
+            )));
+        }
+        Ok(())
+    }
+
+    /// Set or remove the hook on one gate, between two batches.
+    pub fn set_gate_tap(
+        &mut self,
+        module: &str,
+        dir: nfkit_pipeline::hooks::GateDir,
+        gate: usize,
+        tap: Option<nfkit_pipeline::hooks::Tap>,
+    ) -> Res<()> {
+        let m = module.to_string();
+        self.edit(
+            move |g| g.set_gate_tap(&m, dir, gate, tap).map(|_| ()),
+            |_| {},
+        )
     }
 
     /// The daemon's packet buffer pool: (buffers, free buffers).
