@@ -109,7 +109,11 @@ fn checksum_modules_set_and_verify_inner_headers_exactly() {
             }
             // set: inner IPv4 header, then inner TCP/UDP, then the outer UDP
             let mut h = Harness::new();
-            let ip = h.run(&mut *module("IPChecksum", ""), 0, std::slice::from_ref(&bad));
+            let ip = h.run(
+                &mut *module("IPChecksum", ""),
+                0,
+                std::slice::from_ref(&bad),
+            );
             let mut want = bad.clone();
             let at = 14 + 20 + 8 + tunnel.len();
             want[at + 14..at + 34].copy_from_slice(&good[14..34]);
