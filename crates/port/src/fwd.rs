@@ -9,6 +9,7 @@
 //! queue `q` of one port feeds TX queue `q % tx_queues` of the other; one
 //! thread polls every queue in turn.
 
+use crate::idle::{Idle, IdleOptions, IdleTimes};
 use crate::queue::{Outputs, QueueHandler, QueueLoop};
 use crate::{Batch, Port, PortError, QueueStats};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +36,8 @@ pub struct FwdOptions {
     /// Stop once both ports say they will receive nothing more (finite
     /// sources such as a capture replay).
     pub stop_when_done: bool,
+    /// Hybrid polling (the default) or pure polling ([`IdleOptions::polling`]).
+    pub idle: IdleOptions,
 }
 
 impl Default for FwdOptions {
@@ -43,6 +46,7 @@ impl Default for FwdOptions {
             touch: Touch::Read,
             stats_interval: Duration::from_secs(1),
             stop_when_done: true,
+            idle: IdleOptions::default(),
         }
     }
 }
@@ -66,6 +70,8 @@ pub struct FwdReport {
     /// Each port's own counters.
     pub ports: [QueueStats; 2],
     pub elapsed: Duration,
+    /// The loop's time busy, polling idle and asleep.
+    pub idle: IdleTimes,
 }
 
 /// Polls between checks of the clock, the stop flag and port errors
@@ -92,8 +98,20 @@ pub fn fwd(
     let start = Instant::now();
     let mut last_stats = start;
     let mut polls = 0u32;
+    let mut idle = Idle::new(opts.idle);
     loop {
-        lp.poll(&mut ports, &mut pass);
+        let moved = lp.poll(&mut ports, &mut pass);
+        if idle.round(moved > 0) {
+            // Idle long enough: arm, re-check both directions, sleep until
+            // a port wakes the loop or the next stats line is due.
+            idle.sleep(
+                &mut ports,
+                Some(last_stats + opts.stats_interval),
+                |ps| lp.poll(ps, &mut pass) > 0,
+            );
+            // Look at the clock, the stop flag and errors now.
+            polls = CHECK_EVERY - 1;
+        }
         polls += 1;
         if polls < CHECK_EVERY {
             continue;
@@ -108,7 +126,7 @@ pub fn fwd(
         let now = Instant::now();
         if now - last_stats >= opts.stats_interval {
             last_stats = now;
-            fill(&mut report, &lp, &pass, &ports, start);
+            fill(&mut report, &lp, &pass, &ports, start, &idle);
             on_stats(&report);
         }
         if done || stop.load(Ordering::Relaxed) {
@@ -118,7 +136,7 @@ pub fn fwd(
     for p in ports.iter_mut() {
         p.flush()?;
     }
-    fill(&mut report, &lp, &pass, &ports, start);
+    fill(&mut report, &lp, &pass, &ports, start, &idle);
     on_stats(&report);
     Ok(report)
 }
@@ -129,6 +147,7 @@ fn fill(
     pass: &PassThrough,
     ports: &[&mut dyn Port; 2],
     start: Instant,
+    idle: &Idle,
 ) {
     let s = lp.stats();
     for (d, dir) in r.dirs.iter_mut().enumerate() {
@@ -141,6 +160,7 @@ fn fill(
     }
     r.ports = [ports[0].stats(), ports[1].stats()];
     r.elapsed = start.elapsed();
+    r.idle = idle.times(r.elapsed);
 }
 
 /// The forwarder's handler: touch each packet, count its bytes, and move
