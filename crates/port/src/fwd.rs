@@ -104,11 +104,9 @@ pub fn fwd(
         if idle.round(moved > 0) {
             // Idle long enough: arm, re-check both directions, sleep until
             // a port wakes the loop or the next stats line is due.
-            idle.sleep(
-                &mut ports,
-                Some(last_stats + opts.stats_interval),
-                |ps| lp.poll(ps, &mut pass) > 0,
-            );
+            idle.sleep(&mut ports, Some(last_stats + opts.stats_interval), |ps| {
+                lp.poll(ps, &mut pass) > 0
+            });
             // Look at the clock, the stop flag and errors now.
             polls = CHECK_EVERY - 1;
         }
