@@ -13,12 +13,14 @@
 #![forbid(unsafe_code)]
 
 mod classifiers;
+mod daemon;
 mod devices;
 mod ixgbe;
 mod nfs;
 mod parsers;
 
 pub use classifiers::{cbpf, classifiers};
+pub use daemon::daemon_requests;
 pub use devices::{afpacket_ring, descriptor_chain, vhost_user_message, virtio_used_ring};
 pub use ixgbe::ixgbe_hostile;
 pub use nfs::{nf_bridge, nf_firewall, nf_lb, nf_nat, nf_options, nf_policer, nf_router};
@@ -47,6 +49,7 @@ pub const TARGETS: &[Target] = &[
     ("descriptor_chain", descriptor_chain),
     ("classifiers", classifiers),
     ("cbpf", cbpf),
+    ("daemon_requests", daemon_requests),
 ];
 
 /// The target called `name`.
