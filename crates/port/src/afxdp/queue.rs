@@ -110,7 +110,8 @@ impl SocketRings {
         for (list, half) in [(&self.free_rx, 0), (&self.free_tx, 1)] {
             for &a in list {
                 let f = (a / FRAME as u64) as usize;
-                if a % FRAME as u64 != 0 || f / ring != half || ours[f] || self.kernel[f] {
+                if !a.is_multiple_of(FRAME as u64) || f / ring != half || ours[f] || self.kernel[f]
+                {
                     return false;
                 }
                 ours[f] = true;

@@ -128,8 +128,8 @@ impl<T: Copy> Ring<T> {
 
     fn bytes(off: &libc::xdp_ring_offset, entries: u32) -> io::Result<usize> {
         let words = [off.producer, off.consumer, off.flags];
-        let aligned =
-            words.iter().all(|o| o % 4 == 0) && off.desc % std::mem::align_of::<T>() as u64 == 0;
+        let aligned = words.iter().all(|o| o.is_multiple_of(4))
+            && off.desc.is_multiple_of(std::mem::align_of::<T>() as u64);
         if !entries.is_power_of_two() || !aligned {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
