@@ -12,6 +12,8 @@
 //! - `cargo xtask daemon-python`: only that test (a venv under target/).
 //! - `cargo xtask deps`: only the installation step (and nightly with miri).
 //! - `cargo xtask miri`: only the miri step.
+//! - `cargo xtask paths`: the data path's path counts beside TinyNF's
+//!   (`verify.rs`; `test` runs it too).
 //! - `cargo xtask guest ...`: the QEMU guest harness (see `guest.rs`).
 //! - `cargo xtask bench ...`: benchmark commands that print figures.
 //! - `cargo xtask fuzz [SECONDS]`: every fuzz target for SECONDS each (`fuzz.rs`).
@@ -24,7 +26,7 @@ mod verify;
 
 use anyhow::{bail, Context, Result};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Debian packages the tests use, by the command (or, starting with `/`,
 /// the file) that proves each present.
@@ -91,6 +93,7 @@ fn main() -> Result<()> {
         Some("fuzz") => fuzz::main(&args[1..]),
         Some("soak") => soak(&args[1..]),
         Some("miri") => verify::miri(),
+        Some("paths") => verify::paths(),
         Some("daemon-python") => pyclient::daemon_python(),
         Some("bench") => bench(&args[1..]),
         _ => {
@@ -101,6 +104,7 @@ fn main() -> Result<()> {
                  deps             only install the Debian packages the tests use\n  \
                  guest ...        the QEMU guest harness\n  \
                  miri             miri over the pure data-path code (nightly)\n  \
+                 paths            path counts per data-path function, beside TinyNF's\n  \
                  bench ...        benchmarks (print figures)"
             );
             bail!("no command given")
@@ -135,15 +139,35 @@ fn have(cmd: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Every stage run so far: (name, time, passed), for the summary.
+static STAGES: std::sync::Mutex<Vec<(String, Duration, bool)>> = std::sync::Mutex::new(Vec::new());
+
 fn run(name: &str, cmd: &mut Command) -> Result<()> {
     let start = Instant::now();
     eprintln!("==> {name}");
-    let status = cmd.status().with_context(|| format!("starting {name}"))?;
-    eprintln!("<== {name}: {status} in {:.1?}", start.elapsed());
+    let status = cmd.status().with_context(|| format!("starting {name}"));
+    let took = start.elapsed();
+    let passed = status.as_ref().is_ok_and(|s| s.success());
+    if let Ok(mut stages) = STAGES.lock() {
+        stages.push((name.to_string(), took, passed));
+    }
+    let status = status?;
+    eprintln!("<== {name}: {status} in {took:.1?}");
     if !status.success() {
         bail!("{name} failed ({status})");
     }
     Ok(())
+}
+
+/// A table of every stage's time (the last one failed if `test` did).
+fn print_stage_summary(total: Duration) {
+    let Ok(stages) = STAGES.lock() else { return };
+    eprintln!("\nstage times:");
+    for (name, took, passed) in stages.iter() {
+        let mark = if *passed { "" } else { "  FAILED" };
+        eprintln!("  {:>8.1} s  {name}{mark}", took.as_secs_f64());
+    }
+    eprintln!("  {:>8.1} s  in all", total.as_secs_f64());
 }
 
 fn cargo() -> Command {
@@ -189,8 +213,16 @@ fn install_deps() -> Result<()> {
 }
 
 fn test(args: &[String]) -> Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
     let started = Instant::now();
+    let result = test_stages(args);
+    print_stage_summary(started.elapsed());
+    result?;
+    eprintln!("all tests passed in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+fn test_stages(args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
     install_deps()?;
     run(
         "cargo fmt --check",
@@ -220,6 +252,7 @@ fn test(args: &[String]) -> Result<()> {
     pyclient::daemon_python()?;
     verify::loom()?;
     verify::model_check()?;
+    verify::paths()?;
     if !quick {
         // Long runs: 10 million packets through each driver model against
         // the free-running 82599 model, in an optimised build.
@@ -240,23 +273,47 @@ fn test(args: &[String]) -> Result<()> {
         guest::run_guest_tests()?;
         // miri over packet views, tables, Maglev, the scheduler, the pool.
         verify::miri()?;
+        // One release build of the command, the benchmarks and the soak:
+        // built together, their dependencies get one feature set and are
+        // compiled once (built apart, the soak's differ, e.g. libc's and
+        // syn's, and nearly its whole tree was compiled again).
+        release_build()?;
         rfc2544_smoke()?;
         // Every fuzz target briefly (nightly), 4 minutes in all with the build.
-        fuzz::ci(std::time::Duration::from_secs(240))?;
-        soak(&["--seconds".into(), "60".into()])?;
+        fuzz::ci(Duration::from_secs(240))?;
+        run_soak(&["--seconds".into(), "60".into()])?;
     }
-    eprintln!("all tests passed in {:.1?}", started.elapsed());
     Ok(())
+}
+
+/// The release binaries `test` runs: nfkit, nfkit-bench, nfkit-soak.
+fn release_build() -> Result<()> {
+    run(
+        "build nfkit, nfkit-bench and nfkit-soak (release)",
+        cargo().args([
+            "build",
+            "--release",
+            "-p",
+            "nfkit",
+            "-p",
+            "nfkit-bench",
+            "-p",
+            "nfkit-soak",
+        ]),
+    )
+}
+
+fn release_bin(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()))
+        .join("release")
+        .join(name)
 }
 
 /// `nfkit bench rfc2544 --quick` against the NAT in both driver models
 /// over vhost-user and the simulated 82599 (64-byte frames): a smoke
 /// test that checks the figures and plots exist, judging none.
+/// (Built by [`release_build`].)
 fn rfc2544_smoke() -> Result<()> {
-    run(
-        "build nfkit and nfkit-bench (release)",
-        cargo().args(["build", "--release", "-p", "nfkit", "-p", "nfkit-bench"]),
-    )?;
     let target = std::path::PathBuf::from(
         std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
     );
@@ -264,7 +321,7 @@ fn rfc2544_smoke() -> Result<()> {
     let _ = std::fs::remove_dir_all(&out);
     run(
         "nfkit bench rfc2544 --quick (smoke)",
-        Command::new(target.join("release").join("nfkit"))
+        Command::new(release_bin("nfkit"))
             .args(["bench", "rfc2544", "--quick", "--size", "64"])
             .args(["--dut", "nf:nat@agent", "--dut", "nf:nat@queue"])
             .args(["--wiring", "vhost", "--wiring", "sim", "--out"])
@@ -305,10 +362,13 @@ fn rfc2544_smoke() -> Result<()> {
 /// `crates/soak` at full rate for N seconds (default 60), checked every
 /// few seconds (packets, buffers, wrapped counters, resident memory).
 fn soak(args: &[String]) -> Result<()> {
-    let mut cmd = cargo();
-    cmd.args(["run", "--release", "-p", "nfkit-soak", "--"])
-        .args(args);
-    run("soak", &mut cmd)
+    release_build()?;
+    run_soak(args)
+}
+
+/// The soak binary [`release_build`] built.
+fn run_soak(args: &[String]) -> Result<()> {
+    run("soak", Command::new(release_bin("nfkit-soak")).args(args))
 }
 
 fn bench(args: &[String]) -> Result<()> {

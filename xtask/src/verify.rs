@@ -1,5 +1,6 @@
 //! Verification steps of `cargo xtask test` beyond the ordinary tests:
-//! the pool under loom and the agent protocol's model check.
+//! the pool under loom, the agent protocol's model check, the data
+//! path's path counts and miri.
 
 use crate::{cargo, run};
 use anyhow::Result;
@@ -47,6 +48,29 @@ pub fn model_check() -> Result<()> {
             "--nocapture",
             "--test-threads",
             "1",
+        ]),
+    )
+}
+
+/// The data path's path counts (`cargo xtask paths`;
+/// `crates/ixgbe/tests/paths.rs` with the `paths` feature, which records
+/// every branch outcome): prints, per data-path function of both models,
+/// the distinct sequences of branch outcomes per call beside TinyNF's
+/// published counts, and fails if they differ from the table in
+/// ARCHITECTURE.md. A debug build: only nfkit-ixgbe is rebuilt.
+pub fn paths() -> Result<()> {
+    run(
+        "path counts: the data path's branch outcomes per call",
+        cargo().args([
+            "test",
+            "-p",
+            "nfkit-ixgbe",
+            "--features",
+            "paths",
+            "--test",
+            "paths",
+            "--",
+            "--nocapture",
         ]),
     )
 }

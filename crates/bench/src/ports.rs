@@ -310,6 +310,7 @@ fn forward_measured(
         touch: Touch::None,
         stats_interval: Duration::from_millis(100),
         stop_when_done: false,
+        idle: nfkit_port::IdleOptions::polling(),
     };
     let rx = |r: &FwdReport| r.ports[0].rx_packets + r.ports[1].rx_packets;
     let mut from: Option<(Duration, u64, Option<Duration>)> = None;

@@ -296,23 +296,26 @@ impl<B: Bar> Agent<B> {
         // Not wrapped here: the ring accessors wrap it.
         let mut i = start;
         let idle = loop {
+            path_call!(AgentReceive);
             let desc = ring0.desc(i);
             let status = desc.read_q1();
-            if protocol::rx_good(status) {
+            if branch!(AgentReceive, "good frame", protocol::rx_good(status)) {
                 let len = protocol::rx_len(status);
+                path_call!(AgentHandler);
                 handler.handle(buffers.slot_mut(i), len, &mut lens[..outputs]);
-            } else if protocol::rx_pending(status) {
+            } else if branch!(AgentReceive, "no frame", protocol::rx_pending(status)) {
                 break true;
             } else {
                 // Sent nowhere: every output gets a null descriptor.
                 self.rx_errors += 1;
             }
+            path_call!(AgentTransmit);
             // Output 0's command; on ring 0 it also clears DD, which
             // re-arms the receive descriptor (it goes back to the device
             // when the receive tail passes it).
             let counts = (&mut self.unsent[0], &mut self.invalid_lengths);
             desc.write_q1(protocol::tx_command(std::mem::take(&mut lens[0]), counts));
-            if outputs > 1 {
+            if branch!(AgentTransmit, "more outputs", outputs > 1) {
                 for (k, ring) in self.rings[1..outputs].iter().enumerate() {
                     let output = k + 1;
                     let counts = (&mut self.unsent[output], &mut self.invalid_lengths);
@@ -321,15 +324,27 @@ impl<B: Bar> Agent<B> {
                 }
             }
             i = i.wrapping_add(1);
-            if protocol::is_flush_point::<FLUSH_PERIOD>(i) {
+            if branch!(
+                AgentTransmit,
+                "flush point",
+                protocol::is_flush_point::<FLUSH_PERIOD>(i)
+            ) {
                 break false;
             }
         };
         self.next = i & self.mask;
+        // Idle ends the receive call that found no frame; the others end
+        // the last descriptor's transmit call.
         match protocol::batch_end::<RECYCLE_PERIOD>(idle, self.next) {
             BatchEnd::Idle => self.on_idle(),
-            BatchEnd::Recycle => self.end_recycle_group(),
-            BatchEnd::Flush => self.flush_tx_tails(),
+            BatchEnd::Recycle => {
+                arm!(AgentTransmit, "recycle point", 1);
+                self.end_recycle_group()
+            }
+            BatchEnd::Flush => {
+                arm!(AgentTransmit, "recycle point", 0);
+                self.flush_tx_tails()
+            }
         }
         i.wrapping_sub(start)
     }
@@ -360,9 +375,7 @@ impl<B: Bar> Agent<B> {
         self.request_status(protocol::status_request_at(self.next, self.mask));
         self.flush_tx_tails();
         self.recycle();
-        if self.next == 0 {
-            self.laps += 1;
-        }
+        self.laps += u64::from(self.next == 0);
     }
 
     /// Set RS on descriptor `i` of every output (the last of a recycle
@@ -379,7 +392,7 @@ impl<B: Bar> Agent<B> {
     #[cold]
     #[inline(never)]
     fn on_idle(&mut self) {
-        if self.tx_tail != self.next {
+        if branch!(AgentReceive, "tails to flush", self.tx_tail != self.next) {
             self.flush_tx_tails();
         }
         self.recycle();
@@ -398,10 +411,11 @@ impl<B: Bar> Agent<B> {
     /// with: RDT = (slowest head - 1), leaving the one-descriptor gap that
     /// tells a full ring from an empty one.
     fn recycle(&mut self) {
+        path_call!(AgentRecycle);
         let heads = (0..self.outputs.len()).map(|k| self.heads.read_u32(k * HEAD_STRIDE) as usize);
         let slowest = slowest_head(self.next, heads, self.mask);
         let tail = protocol::rx_tail(slowest, self.mask);
-        if tail != self.rx_tail {
+        if branch!(AgentRecycle, "tail moved", tail != self.rx_tail) {
             self.rx_tail = tail;
             self.input_bar.write32(self.rx_tail_offset, tail as u32);
         }

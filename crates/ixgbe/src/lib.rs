@@ -75,6 +75,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
+// First: its macros are used by the data-path files below.
+#[macro_use]
+pub mod paths;
 mod agent;
 pub mod agent_protocol;
 mod desc;

@@ -147,9 +147,14 @@ impl<B: Bar> RxQueue<B> {
     /// lengths (descriptors only), take their buffers into the batch in
     /// bulk (the pool), then give their descriptors the fresh buffers.
     pub fn rx_batch(&mut self, batch: &mut Batch) -> usize {
+        path_call!(QueueReceive);
         let ring = self.ring.view();
         let first = self.next;
-        if ring.desc(first).read_q1_relaxed() & adv_rx::DD == 0 {
+        if branch!(
+            QueueReceive,
+            "nothing received",
+            ring.desc(first).read_q1_relaxed() & adv_rx::DD == 0
+        ) {
             return 0;
         }
         // Not wrapped here: the ring accessors wrap it.
@@ -169,7 +174,7 @@ impl<B: Bar> RxQueue<B> {
             bytes += run_bytes;
             i = i.wrapping_add(taken);
             added += taken;
-            if taken < n {
+            if branch!(QueueReceive, "pool ran dry", taken < n) {
                 // The pool ran dry: the rest wait in the ring.
                 bytes -= lens[taken..n]
                     .iter()
@@ -178,11 +183,18 @@ impl<B: Bar> RxQueue<B> {
                 break;
             }
             match stop {
-                RunEnd::Room if batch.is_full() => break,
+                RunEnd::Room if batch.is_full() => {
+                    arm!(QueueReceive, "run end", 0);
+                    break;
+                }
                 // At the end of the ring: go on from descriptor 0.
-                RunEnd::Room => {}
-                RunEnd::Empty => break,
+                RunEnd::Room => arm!(QueueReceive, "run end", 1),
+                RunEnd::Empty => {
+                    arm!(QueueReceive, "run end", 2);
+                    break;
+                }
                 RunEnd::NotGood(status) => {
+                    arm!(QueueReceive, "run end", 3);
                     // Dropped, and its buffer lent again (write-back
                     // replaced the address, §7.1.6.2).
                     drop_frame(status, &mut self.discarding, &mut self.counters);
@@ -193,7 +205,7 @@ impl<B: Bar> RxQueue<B> {
                 }
             }
         }
-        if i != first {
+        if branch!(QueueReceive, "consumed", i != first) {
             // What the device wrote before each DD we saw (the frames)
             // is visible to whoever reads the packets after this.
             fence(Ordering::Acquire);
@@ -220,7 +232,7 @@ impl<B: Bar> RxQueue<B> {
     ) -> (usize, u64, RunEnd) {
         // While a frame that spans descriptors is discarded, even its
         // last descriptor is not a good frame.
-        let good = if self.discarding {
+        let good = if branch!(QueueReceive, "discarding", self.discarding) {
             RX_NONE_GOOD
         } else {
             RX_GOOD
@@ -229,8 +241,12 @@ impl<B: Bar> RxQueue<B> {
         let mut bytes = 0;
         for (n, (desc, len)) in descs.iter().zip(lens.iter_mut()).enumerate() {
             let status = desc.read_q1_relaxed();
-            if status & RX_CHECKED != good {
-                let end = if status & adv_rx::DD == 0 {
+            if branch!(
+                QueueReceive,
+                "not a good frame",
+                status & RX_CHECKED != good
+            ) {
+                let end = if branch!(QueueReceive, "not written back", status & adv_rx::DD == 0) {
                     RunEnd::Empty
                 } else {
                     RunEnd::NotGood(status)
@@ -269,7 +285,7 @@ enum RunEnd {
 #[inline(never)]
 fn drop_frame(status: u64, discarding: &mut bool, counters: &mut QueueCounters) {
     let end_of_packet = status & adv_rx::EOP != 0;
-    if end_of_packet {
+    if branch!(QueueReceive, "end of packet", end_of_packet) {
         counters.errors += 1;
     }
     *discarding = !end_of_packet;
@@ -355,6 +371,14 @@ impl<B: Bar> TxQueue<B> {
     /// carries, 64 KiB - 1). The tail is written once per call. Returns
     /// the number queued for transmission.
     pub fn tx_batch(&mut self, batch: &mut Batch) -> usize {
+        path_call!(QueueTransmit);
+        self.send(batch)
+    }
+
+    /// `tx_batch`'s work (its retry without empty packets is the same
+    /// call).
+    #[inline(always)]
+    fn send(&mut self, batch: &mut Batch) -> usize {
         self.reclaim_transmitted();
         // At most size - 1 in flight: TDH == TDT means empty.
         let room = self.mask - self.in_flight();
@@ -371,7 +395,7 @@ impl<B: Bar> TxQueue<B> {
         'runs: for (descs, pkts) in runs {
             for (desc, pkt) in descs.iter().zip(pkts) {
                 let len = pkt.len() as u64;
-                if len == 0 {
+                if branch!(QueueTransmit, "empty packet", len == 0) {
                     found_empty = true;
                     break 'runs;
                 }
@@ -380,11 +404,11 @@ impl<B: Bar> TxQueue<B> {
                 bytes += len;
             }
         }
-        if found_empty {
+        if branch!(QueueTransmit, "found empty", found_empty) {
             // Nothing handed to the device yet: start over without them.
             return self.tx_batch_without_empty(batch);
         }
-        if take == 0 {
+        if branch!(QueueTransmit, "nothing to send", take == 0) {
             return 0;
         }
         // The packets described move to the ring's buffers (it has room
@@ -408,7 +432,7 @@ impl<B: Bar> TxQueue<B> {
         let before = batch.len();
         batch.retain(|pkt| !pkt.is_empty());
         self.counters.errors += (before - batch.len()) as u64;
-        self.tx_batch(batch)
+        self.send(batch)
     }
 
     /// Set RS on the last descriptor of every group of TX_CLEAN_BATCH
@@ -418,7 +442,7 @@ impl<B: Bar> TxQueue<B> {
     /// back 32 times as many descriptors for nothing.
     fn request_status(&self, first: usize, end: usize) {
         let mut last = first | (TX_CLEAN_BATCH - 1);
-        while last < end {
+        while branch!(QueueTransmit, "status request", last < end) {
             let desc = self.ring.desc(last);
             desc.write_q1(desc.read_q1() | adv_tx::CMD_RS);
             last += TX_CLEAN_BATCH;
@@ -429,15 +453,20 @@ impl<B: Bar> TxQueue<B> {
     /// descriptors whose last (RS) descriptor the device has written back.
     #[inline]
     fn reclaim_transmitted(&mut self) {
+        path_call!(QueueRecycle);
         loop {
             let in_flight = self.next.wrapping_sub(self.clean) & self.mask;
-            if in_flight < TX_CLEAN_BATCH {
+            if branch!(QueueRecycle, "no whole group", in_flight < TX_CLEAN_BATCH) {
                 return;
             }
             let last = self.clean + TX_CLEAN_BATCH - 1;
             // `Acquire`: the device has read the buffers before this
             // write-back, so they may be written again after.
-            if self.ring.read_q1(last) & adv_tx::DD == 0 {
+            if branch!(
+                QueueRecycle,
+                "group not sent",
+                self.ring.read_q1(last) & adv_tx::DD == 0
+            ) {
                 return;
             }
             self.bufs.free_oldest(TX_CLEAN_BATCH);

@@ -177,6 +177,7 @@ fn forward_queues(
         touch: Touch::Write,
         stats_interval: Duration::from_millis(100),
         stop_when_done: false,
+        ..FwdOptions::default()
     };
     let report = fwd([&mut a, &mut b], &opts, stop, |_| ticker.tick(load))?;
     let d = report.dirs;

@@ -7,6 +7,7 @@
 //! Queues: RX queue `q` of one port feeds TX queue `q % tx_queues` of the
 //! other; one thread polls every queue in turn.
 
+use crate::idle::{Idle, IdleOptions, IdleTimes};
 use crate::{Batch, Port, PortError, QueueStats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -32,6 +33,8 @@ pub struct FwdOptions {
     /// Stop once both ports say they will receive nothing more (finite
     /// sources such as a capture replay).
     pub stop_when_done: bool,
+    /// Hybrid polling (the default) or pure polling ([`IdleOptions::polling`]).
+    pub idle: IdleOptions,
 }
 
 impl Default for FwdOptions {
@@ -40,6 +43,7 @@ impl Default for FwdOptions {
             touch: Touch::Read,
             stats_interval: Duration::from_secs(1),
             stop_when_done: true,
+            idle: IdleOptions::default(),
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct FwdReport {
     /// Each port's own counters.
     pub ports: [QueueStats; 2],
     pub elapsed: Duration,
+    /// The loop's time busy, polling idle and asleep.
+    pub idle: IdleTimes,
 }
 
 /// Polls between checks of the clock, the stop flag and port errors
@@ -88,16 +94,16 @@ pub fn fwd(
     // Queue counts are fixed once a port is open: ask once.
     let ab = QueueMap::new(&*a, &*b);
     let ba = QueueMap::new(&*b, &*a);
+    let mut idle = Idle::new(opts.idle);
     loop {
-        forward(
+        let moved = forward(
             &mut *a,
             &mut *b,
             ab,
             &mut batch,
             opts.touch,
             &mut report.dirs[0],
-        );
-        forward(
+        ) + forward(
             &mut *b,
             &mut *a,
             ba,
@@ -105,6 +111,26 @@ pub fn fwd(
             opts.touch,
             &mut report.dirs[1],
         );
+        if idle.round(moved > 0) {
+            // Idle long enough: arm, re-check both directions, sleep until
+            // a port wakes the loop or the next stats line is due.
+            let dirs = &mut report.dirs;
+            idle.sleep(
+                &mut [&mut *a, &mut *b],
+                Some(last_stats + opts.stats_interval),
+                |ps| match ps {
+                    [a, b] => {
+                        let (a, b) = (&mut **a, &mut **b);
+                        forward(a, b, ab, &mut batch, opts.touch, &mut dirs[0])
+                            + forward(b, a, ba, &mut batch, opts.touch, &mut dirs[1])
+                            > 0
+                    }
+                    _ => false,
+                },
+            );
+            // Look at the clock, the stop flag and errors now.
+            polls = CHECK_EVERY - 1;
+        }
         polls += 1;
         if polls < CHECK_EVERY {
             continue;
@@ -119,7 +145,7 @@ pub fn fwd(
         let now = Instant::now();
         if now - last_stats >= opts.stats_interval {
             last_stats = now;
-            fill(&mut report, &*a, &*b, start);
+            fill(&mut report, &*a, &*b, start, &idle);
             on_stats(&report);
         }
         if done || stop.load(Ordering::Relaxed) {
@@ -128,14 +154,15 @@ pub fn fwd(
     }
     a.flush()?;
     b.flush()?;
-    fill(&mut report, &*a, &*b, start);
+    fill(&mut report, &*a, &*b, start, &idle);
     on_stats(&report);
     Ok(report)
 }
 
-fn fill(r: &mut FwdReport, a: &dyn Port, b: &dyn Port, start: Instant) {
+fn fill(r: &mut FwdReport, a: &dyn Port, b: &dyn Port, start: Instant, idle: &Idle) {
     r.ports = [a.stats(), b.stats()];
     r.elapsed = start.elapsed();
+    r.idle = idle.times(r.elapsed);
 }
 
 /// Which queues one direction uses: RX queue `q` of the receiving port
@@ -155,7 +182,8 @@ impl QueueMap {
     }
 }
 
-/// One round over the RX queues of `from`.
+/// One round over the RX queues of `from`; returns how many packets it
+/// received.
 #[inline]
 fn forward(
     from: &mut dyn Port,
@@ -164,7 +192,8 @@ fn forward(
     batch: &mut Batch,
     touch: Touch,
     s: &mut DirStats,
-) {
+) -> usize {
+    let mut moved = 0;
     // `q % queues.tx`, wrapped by comparison (no division).
     let mut next_tx = 0;
     for q in 0..queues.rx {
@@ -174,6 +203,7 @@ fn forward(
         if n == 0 {
             continue;
         }
+        moved += n;
         s.received += n as u64;
         for p in batch.iter_mut() {
             s.bytes += p.len() as u64;
@@ -186,6 +216,7 @@ fn forward(
             batch.clear();
         }
     }
+    moved
 }
 
 #[inline(always)]

@@ -37,6 +37,7 @@ pub mod afxdp;
 pub mod agent;
 mod distinct;
 pub mod fwd;
+pub mod idle;
 pub mod model;
 pub mod netdev;
 pub mod null;
@@ -49,6 +50,7 @@ pub(crate) mod sys;
 pub mod tap;
 
 pub use distinct::check_distinct;
+pub use idle::{Idle, IdleOptions, IdleTimes, RxWake};
 pub use model::Model;
 pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
 pub use spec::{PortSpec, SpecError};
@@ -190,6 +192,24 @@ pub trait Port: Send {
     /// the port as it was (a pipeline then shares it under a lock).
     fn split_queues(&mut self) -> Option<Vec<Box<dyn Port>>> {
         None
+    }
+    /// How receive queue `queue` can wake a loop that sleeps when idle
+    /// ([`idle`]): a descriptor to `poll`, nothing to watch, or no way
+    /// (the default: the loop keeps polling).
+    fn rx_wake(&self, queue: usize) -> RxWake {
+        let _ = queue;
+        RxWake::Poll
+    }
+    /// Enable receive notifications on `queue` before the loop sleeps
+    /// (VirtIO's used event, a NIC's queue interrupt); false if it cannot
+    /// (the loop then keeps polling). Kernel sockets need nothing.
+    fn rx_arm(&mut self, queue: usize) -> bool {
+        let _ = queue;
+        true
+    }
+    /// Back to polling after a sleep: suppress notifications again.
+    fn rx_disarm(&mut self, queue: usize) {
+        let _ = queue;
     }
 }
 

@@ -186,6 +186,15 @@ impl Port for NullPort {
     fn rx_done(&self) -> bool {
         self.frames.is_none()
     }
+    fn rx_wake(&self, _queue: usize) -> crate::RxWake {
+        // A sink never receives; a source always has a frame (a loop on
+        // it never goes idle).
+        if self.frames.is_none() {
+            crate::RxWake::Never
+        } else {
+            crate::RxWake::Poll
+        }
+    }
 }
 
 #[cfg(test)]

@@ -340,3 +340,21 @@ pub fn bpf_link_create_xdp(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> io
 pub fn is_permission(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
 }
+
+/// `poll(2)` on `fds` for up to `timeout_ms` milliseconds (the hybrid
+/// loops' sleep: only after an idle period, never per packet). Returns
+/// how many descriptors have events; `EINTR` counts as a wake-up with
+/// none.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd
+    // structures for the duration of the call.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r as usize)
+}

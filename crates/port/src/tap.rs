@@ -111,6 +111,14 @@ fn open_queue(port: &str, ifname: &str, flags: libc::c_short) -> Result<(File, S
 }
 
 impl Port for TapPort {
+    /// The queue's descriptor polls readable when the kernel queued a
+    /// frame for it.
+    fn rx_wake(&self, queue: usize) -> crate::RxWake {
+        match self.queues.get(queue) {
+            Some(q) => crate::RxWake::Fd(std::os::fd::AsRawFd::as_raw_fd(&q.file)),
+            None => crate::RxWake::Never,
+        }
+    }
     fn name(&self) -> &str {
         &self.name
     }

@@ -267,6 +267,7 @@ fn run_on_ports(dut: &Dut, owned: &mut [Box<dyn Port>], stop: &AtomicBool) -> Re
                     touch: Touch::Write,
                     stats_interval: Duration::from_secs(1),
                     stop_when_done: false,
+                    idle: nfkit_port::IdleOptions::polling(),
                 };
                 fwd([&mut **a, &mut **b], &opts, stop, |_| {})?;
             } else {

@@ -378,6 +378,14 @@ impl AfPacketPort {
 }
 
 impl Port for AfPacketPort {
+    /// The socket polls readable when the RX ring holds a frame (level
+    /// triggered: nothing to arm, no wake-up to lose).
+    fn rx_wake(&self, queue: usize) -> crate::RxWake {
+        match self.queues.get(queue) {
+            Some(q) => crate::RxWake::Fd(std::os::fd::AsRawFd::as_raw_fd(&q.fd)),
+            None => crate::RxWake::Never,
+        }
+    }
     fn name(&self) -> &str {
         &self.name
     }

@@ -472,6 +472,15 @@ fn zero_off() -> libc::xdp_ring_offset {
 }
 
 impl Port for AfXdpPort {
+    /// The XDP socket polls readable when its RX ring holds descriptors;
+    /// `poll` also gives a driver that set `XDP_RING_NEED_WAKEUP` its
+    /// wake-up (the sockets are bound with `XDP_USE_NEED_WAKEUP`).
+    fn rx_wake(&self, queue: usize) -> crate::RxWake {
+        match self.queues.get(queue) {
+            Some(q) => crate::RxWake::Fd(q.fd.as_raw_fd()),
+            None => crate::RxWake::Never,
+        }
+    }
     fn name(&self) -> &str {
         &self.name
     }

@@ -298,6 +298,14 @@ impl Port for PcapPort {
         self.replay.as_ref().is_none_or(Replay::finished)
     }
 
+    fn rx_wake(&self, _queue: usize) -> crate::RxWake {
+        if self.rx_done() {
+            crate::RxWake::Never
+        } else {
+            crate::RxWake::Poll
+        }
+    }
+
     fn flush(&mut self) -> Result<(), PortError> {
         if let Some(out) = &mut self.out {
             out.flush()

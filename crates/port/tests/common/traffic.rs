@@ -16,16 +16,26 @@ type FwdOutcome = (Result<FwdReport, nfkit_port::PortError>, [Box<dyn Port>; 2])
 pub struct Forwarder {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<FwdOutcome>>,
+    /// `/proc/<pid>/task/<tid>` of the forwarding thread.
+    task: Arc<std::sync::OnceLock<std::path::PathBuf>>,
 }
 
 impl Forwarder {
-    pub fn start(mut a: Box<dyn Port>, mut b: Box<dyn Port>) -> Forwarder {
+    pub fn start(a: Box<dyn Port>, b: Box<dyn Port>) -> Forwarder {
+        Forwarder::start_with(a, b, FwdOptions::default())
+    }
+
+    pub fn start_with(mut a: Box<dyn Port>, mut b: Box<dyn Port>, opts: FwdOptions) -> Forwarder {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let task = Arc::new(std::sync::OnceLock::new());
+        let t = task.clone();
         let handle = std::thread::spawn(move || {
+            let me = std::fs::read_link("/proc/thread-self").unwrap();
+            let _ = t.set(std::path::Path::new("/proc").join(me));
             let opts = FwdOptions {
                 stop_when_done: false,
-                ..FwdOptions::default()
+                ..opts
             };
             let r = fwd([&mut *a, &mut *b], &opts, &s, |_| {});
             (r, [a, b])
@@ -33,7 +43,20 @@ impl Forwarder {
         Forwarder {
             stop,
             handle: Some(handle),
+            task,
         }
+    }
+
+    /// The forwarding thread's CPU time so far (schedstat: time on a CPU).
+    pub fn cpu_time(&self) -> Duration {
+        assert!(nfkit_testkit::wait_for(Duration::from_secs(10), || self
+            .task
+            .get()
+            .is_some()));
+        let task = self.task.get().unwrap();
+        let s = std::fs::read_to_string(task.join("schedstat")).unwrap();
+        let ns: u64 = s.split_whitespace().next().unwrap().parse().unwrap();
+        Duration::from_nanos(ns)
     }
 
     /// Stop, and check that on every port and direction the counters add
