@@ -130,6 +130,23 @@ fn load(wire: Wire, mac: [u8; 6], stop: Arc<AtomicBool>, accepted: Arc<AtomicU64
     }
 }
 
+/// When a forwarder may stop: once stopping, after 200 ms in which it
+/// found nothing to do (the generator has stopped, but a model on a
+/// loaded machine may still be writing frames it took off the wire into
+/// the ring: stopping at the first empty poll left them uncounted).
+#[derive(Default)]
+struct Quiet(Option<Instant>);
+
+impl Quiet {
+    fn over(&mut self, stopping: bool, idle: bool) -> bool {
+        if !(stopping && idle) {
+            self.0 = None;
+            return false;
+        }
+        self.0.get_or_insert_with(Instant::now).elapsed() > Duration::from_millis(200)
+    }
+}
+
 /// Counters a forwarding thread publishes after each loop.
 #[derive(Default)]
 struct Books {
@@ -196,6 +213,7 @@ impl QueueModel {
             std::thread::spawn(move || {
                 let mut batch = Batch::new();
                 let (mut rxn, mut txn) = (0u64, 0u64);
+                let mut quiet = Quiet::default();
                 loop {
                     let stopping = stop.load(Ordering::Relaxed);
                     let n = rx.rx_batch(&mut batch) as u64;
@@ -204,7 +222,7 @@ impl QueueModel {
                     books.rx.store(rxn, Ordering::Relaxed);
                     books.tx.store(txn, Ordering::Relaxed);
                     books.held.store(batch.len() as u64, Ordering::Release);
-                    if stopping && n == 0 && batch.is_empty() {
+                    if quiet.over(stopping, n == 0 && batch.is_empty()) {
                         break;
                     }
                     if n == 0 {
@@ -337,7 +355,7 @@ impl AgentModel {
                     out[0] = len as u16;
                     out[1] = len as u16;
                 };
-                let mut idle = 0;
+                let mut quiet = Quiet::default();
                 loop {
                     let n = agent.run_once(&mut handler);
                     let s = agent.stats();
@@ -348,13 +366,10 @@ impl AgentModel {
                     books.tx.store(s.tx_packets[0], Ordering::Relaxed);
                     books.tx2.store(s.tx_packets[1], Ordering::Relaxed);
                     books.held.store(0, Ordering::Release);
+                    if quiet.over(stop.load(Ordering::Relaxed), n == 0) {
+                        break;
+                    }
                     if n == 0 {
-                        if stop.load(Ordering::Relaxed) {
-                            idle += 1;
-                            if idle > 1000 {
-                                break;
-                            }
-                        }
                         std::thread::yield_now();
                     }
                 }
@@ -547,10 +562,18 @@ fn main() -> Result<()> {
         next += Duration::from_secs(a.check);
     }
     let rss_end = rss_kib();
+    eprintln!(
+        "soak: workloads started and ran for {:.1} s; stopping and draining",
+        started.elapsed().as_secs_f64()
+    );
     for w in loads {
         let name = w.name();
+        let t = Instant::now();
         let line = w.finish().with_context(|| format!("{name} at the end"))?;
-        eprintln!("[  end] {name:<12} {line}");
+        eprintln!(
+            "[  end] {name:<12} ({:.1} s) {line}",
+            t.elapsed().as_secs_f64()
+        );
     }
     let base = rss_base.unwrap_or(rss_end);
     eprintln!("rss: {base} KiB at the first check after 10 s, {rss_end} KiB at the end");
