@@ -63,6 +63,8 @@ impl Drop for Setup {
 pub struct PortLoad {
     name: &'static str,
     stop: Arc<AtomicBool>,
+    /// Set once the generator has returned: the forwarder drains.
+    drain: Arc<AtomicBool>,
     accepted: Arc<AtomicU64>,
     books: Arc<Books>,
     gen: Option<JoinHandle<Box<dyn Port>>>,
@@ -158,6 +160,7 @@ impl PortLoad {
         };
         let pools = [&g, &i, &o, &s].map(|p| p.pool().clone()).to_vec();
         let stop = Arc::new(AtomicBool::new(false));
+        let drain = Arc::new(AtomicBool::new(false));
         let accepted = Arc::new(AtomicU64::new(0));
         let books = Arc::new(Books::default());
         let gen = {
@@ -167,14 +170,15 @@ impl PortLoad {
                 .spawn(move || generate(g, &stop, &accepted))?
         };
         let fwd = {
-            let (stop, books) = (stop.clone(), books.clone());
+            let (drain, books) = (drain.clone(), books.clone());
             std::thread::Builder::new()
                 .name(format!("soak-{name}-fwd"))
-                .spawn(move || forward([i, o, s], &stop, &books))?
+                .spawn(move || forward([i, o, s], &drain, &books))?
         };
         Ok(PortLoad {
             name,
             stop,
+            drain,
             accepted,
             books,
             gen: Some(gen),
@@ -223,9 +227,10 @@ fn generate(mut g: Box<dyn Port>, stop: &AtomicBool, accepted: &AtomicU64) -> Bo
     g
 }
 
-/// Forward I to O; count what S receives. After `stop`, run until
-/// nothing has moved for 300 ms (at most 5 s), then hand the ports back.
-fn forward(ports: [Box<dyn Port>; 3], stop: &AtomicBool, books: &Books) -> [Box<dyn Port>; 3] {
+/// Forward I to O; count what S receives. Once `drain` is set (the
+/// generator has returned), run until nothing has moved for 300 ms (at
+/// most 5 s), then hand the ports back.
+fn forward(ports: [Box<dyn Port>; 3], drain: &AtomicBool, books: &Books) -> [Box<dyn Port>; 3] {
     let [mut i, mut o, mut s] = ports;
     let mut batch = Batch::new();
     let mut sink = Batch::new();
@@ -249,7 +254,7 @@ fn forward(ports: [Box<dyn Port>; 3], stop: &AtomicBool, books: &Books) -> [Box<
         books.dropped.store(dropped, Ordering::Relaxed);
         books.sunk.store(sunk, Ordering::Relaxed);
         books.held.store(batch.len() as u64, Ordering::Release);
-        if stop.load(Ordering::Relaxed) {
+        if drain.load(Ordering::Relaxed) {
             let now = Instant::now();
             let since = *stopping_at.get_or_insert(now);
             if n + m > 0 {
@@ -298,6 +303,7 @@ impl crate::Workload for PortLoad {
             .context("no generator")?
             .join()
             .map_err(panicked)?;
+        self.drain.store(true, Ordering::Relaxed);
         let [i, o, s] = self
             .fwd
             .take()
