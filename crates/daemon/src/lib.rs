@@ -25,27 +25,32 @@
 //! [`service`] (gRPC).
 #![forbid(unsafe_code)]
 
+pub mod dispatch;
 pub mod drivers;
 pub mod error;
 pub mod mclass;
 pub mod reflect;
+#[cfg(feature = "grpc")]
 pub mod service;
 pub mod state;
 pub mod unix_port;
 
 #[allow(clippy::all, missing_docs)]
 pub mod pb {
-    tonic::include_proto!("bess.pb");
+    include!(concat!(env!("OUT_DIR"), "/bess.pb.rs"));
 }
 
 pub use drivers::OpenFn;
 pub use error::Fail;
 pub use state::Daemon;
 
+#[cfg(feature = "grpc")]
 use parking_lot::Mutex;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+#[cfg(feature = "grpc")]
 use std::sync::Arc;
+#[cfg(feature = "grpc")]
 use tokio::sync::Notify;
 
 /// Default largest request accepted, in bytes (gRPC's own default).
@@ -118,6 +123,7 @@ pub fn check_grpc_url(url: &str, allow_remote: bool) -> Result<SocketAddr, Strin
 /// Run the daemon until SIGTERM, SIGINT or KillBess. Ports are opened
 /// with `open` (the command's port registry). `ready` is called with
 /// each address listened on (`unix:PATH`, `tcp:HOST:PORT`).
+#[cfg(feature = "grpc")]
 pub fn run(
     opts: Options,
     open: Arc<OpenFn>,
@@ -133,6 +139,7 @@ pub fn run(
     rt.block_on(serve(opts, open, ready))
 }
 
+#[cfg(feature = "grpc")]
 async fn serve(
     opts: Options,
     open: Arc<OpenFn>,
@@ -223,6 +230,7 @@ async fn serve(
     Ok(report)
 }
 
+#[cfg(feature = "grpc")]
 async fn wait_for_stop(kill: &Notify) -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
@@ -240,8 +248,10 @@ async fn wait_for_stop(kill: &Notify) -> &'static str {
     }
 }
 
+#[cfg(feature = "grpc")]
 struct RemoveOnDrop(PathBuf);
 
+#[cfg(feature = "grpc")]
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);

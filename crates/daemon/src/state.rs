@@ -22,6 +22,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The version GetVersion reports.
 pub const VERSION: &str = concat!("nfkit ", env!("CARGO_PKG_VERSION"));
+/// How long GetPortStats waits for the workers to publish counters.
+const PUBLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
 /// Longest module, port or class name accepted.
 const MAX_NAME: usize = 128;
 
@@ -285,6 +287,12 @@ impl Daemon {
                 Err(fail)
             }
         }
+    }
+
+    /// How many times the running workers have been paused (by
+    /// changes, commands and PauseAll).
+    pub fn pauses(&self) -> u64 {
+        self.pipeline.pauses()
     }
 
     /// Stop everything (SIGTERM, KillBess): the final statistics.
@@ -812,17 +820,18 @@ impl Daemon {
 
     pub fn get_port_stats(&mut self, name: &str) -> Res<pb::GetPortStatsResponse> {
         let port = self.port(name)?.port.clone();
-        // A port no module uses rests home: its counters are live. One a
-        // worker holds is read between two batches.
+        // A port no module uses rests home: its counters are live. The
+        // workers holding one publish its counters between two of their
+        // rounds, without pausing (a worker that does not answer within
+        // the timeout leaves its previous values).
         let in_use = self
             .modules
             .values()
             .any(|m| m.port.as_deref() == Some(name));
-        let s = if in_use {
-            self.paused(|_| port.stats())?
-        } else {
-            port.stats()
-        };
+        if in_use && !self.pipeline.publish_port_stats(PUBLISH_TIMEOUT) {
+            tracing::debug!(port = %name, "a worker did not publish port counters in time");
+        }
+        let s = port.stats();
         let stat = |packets, dropped, bytes| pb::get_port_stats_response::Stat {
             packets,
             dropped,

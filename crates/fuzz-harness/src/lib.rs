@@ -13,12 +13,14 @@
 #![forbid(unsafe_code)]
 
 mod classifiers;
+mod daemon;
 mod devices;
 mod ixgbe;
 mod nfs;
 mod parsers;
 
 pub use classifiers::{cbpf, classifiers};
+pub use daemon::daemon_requests;
 pub use devices::{
     afpacket_ring, afxdp_ring, descriptor_chain, vhost_user_message, virtio_used_ring,
 };
@@ -50,6 +52,7 @@ pub const TARGETS: &[Target] = &[
     ("descriptor_chain", descriptor_chain),
     ("classifiers", classifiers),
     ("cbpf", cbpf),
+    ("daemon_requests", daemon_requests),
 ];
 
 /// The target called `name`.
