@@ -39,6 +39,7 @@
 mod batch;
 mod cache;
 mod mempool;
+pub mod offload;
 mod pktbuf;
 mod rings;
 mod sync;
@@ -46,6 +47,7 @@ mod sync;
 pub use batch::{Batch, MAX_BATCH};
 pub use cache::PoolCache;
 pub use mempool::{Mempool, DEFAULT_BUF_SIZE, HEADROOM, META_SIZE};
+pub use offload::{Offload, OffloadError};
 pub use pktbuf::{NoRoom, PktBuf};
 pub use rings::{min_pool_for_rx_ring, RxBuffers, TxBuffers, RING_CACHE};
 

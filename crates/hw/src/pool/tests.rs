@@ -263,3 +263,34 @@ fn forwarding_through_two_rings_never_strands_the_pool_in_a_cache() {
     drop((rx, tx));
     assert_eq!(pool.free_count(), 1536);
 }
+
+#[test]
+fn offload_state_lives_and_dies_with_its_packet() {
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "t", 1, 2048).unwrap();
+    let mut b = pool.alloc().unwrap();
+    assert!(b.offload().is_none(), "a new buffer has none");
+    let o = Offload {
+        flags: offload::L4_CSUM,
+        l4: offload::L4::Tcp,
+        ..Offload::default()
+    };
+    b.set_offload(o);
+    assert_eq!(b.id(), 0, "the flag does not show in the id");
+    assert_eq!(b.offload(), Some(&o));
+    b.offload_mut().unwrap().gso_size = 1448;
+    assert_eq!(b.take_offload().map(|o| o.gso_size), Some(1448));
+    assert!(b.offload().is_none());
+    b.set_offload(o);
+    // the flagged id goes home clean: the same entry comes back without state
+    drop(b);
+    assert_eq!(pool.free_count(), 1);
+    let mut cache = pool.cache(32);
+    let mut b = cache.alloc().unwrap();
+    assert!(b.offload().is_none());
+    b.set_offload(o);
+    cache.free(b);
+    let b = cache.alloc().unwrap();
+    assert!(b.offload().is_none());
+    assert_eq!(b.id(), 0);
+}
