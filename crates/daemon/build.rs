@@ -23,9 +23,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("bess_descriptors.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
+    // Without the `grpc` feature: the messages only (no tonic code).
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
+        .build_client(grpc)
+        .build_server(grpc)
         .compile_fds(fds)?;
     Ok(())
 }

@@ -25,27 +25,35 @@
 //! [`service`] (gRPC).
 #![forbid(unsafe_code)]
 
+pub mod dispatch;
 pub mod drivers;
 pub mod error;
+pub mod hooks;
 pub mod mclass;
+#[cfg(feature = "grpc")]
+pub mod metrics;
 pub mod reflect;
+#[cfg(feature = "grpc")]
 pub mod service;
 pub mod state;
 pub mod unix_port;
 
 #[allow(clippy::all, missing_docs)]
 pub mod pb {
-    tonic::include_proto!("bess.pb");
+    include!(concat!(env!("OUT_DIR"), "/bess.pb.rs"));
 }
 
 pub use drivers::OpenFn;
 pub use error::Fail;
 pub use state::Daemon;
 
+#[cfg(feature = "grpc")]
 use parking_lot::Mutex;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+#[cfg(feature = "grpc")]
 use std::sync::Arc;
+#[cfg(feature = "grpc")]
 use tokio::sync::Notify;
 
 /// Default largest request accepted, in bytes (gRPC's own default).
@@ -64,6 +72,9 @@ pub struct Options {
     pub max_request: usize,
     /// Worker threads of the control plane's runtime.
     pub control_threads: usize,
+    /// Serve Prometheus metrics on `HOST:PORT` ([`metrics`]; loopback
+    /// only unless `allow_remote`).
+    pub metrics: Option<String>,
 }
 
 impl Default for Options {
@@ -74,6 +85,7 @@ impl Default for Options {
             allow_remote: false,
             max_request: DEFAULT_MAX_REQUEST,
             control_threads: 2,
+            metrics: None,
         }
     }
 }
@@ -118,6 +130,7 @@ pub fn check_grpc_url(url: &str, allow_remote: bool) -> Result<SocketAddr, Strin
 /// Run the daemon until SIGTERM, SIGINT or KillBess. Ports are opened
 /// with `open` (the command's port registry). `ready` is called with
 /// each address listened on (`unix:PATH`, `tcp:HOST:PORT`).
+#[cfg(feature = "grpc")]
 pub fn run(
     opts: Options,
     open: Arc<OpenFn>,
@@ -133,6 +146,7 @@ pub fn run(
     rt.block_on(serve(opts, open, ready))
 }
 
+#[cfg(feature = "grpc")]
 async fn serve(
     opts: Options,
     open: Arc<OpenFn>,
@@ -162,6 +176,14 @@ async fn serve(
                 .map_err(|e| StartError::Listen(format!("cannot listen on {addr}: {e}")))?;
             Some(l)
         }
+        None => None,
+    };
+    let metrics_listener = match &opts.metrics {
+        Some(addr) => Some(
+            metrics::bind(addr, opts.allow_remote)
+                .await
+                .map_err(StartError::Listen)?,
+        ),
         None => None,
     };
     let unix = tokio::net::UnixListener::bind(&path)
@@ -203,6 +225,19 @@ async fn serve(
             .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(&stop_tx));
         tasks.push(tokio::spawn(srv));
     }
+    if let Some(l) = metrics_listener {
+        let addr = l
+            .local_addr()
+            .map_err(|e| StartError::Listen(e.to_string()))?;
+        ready(&format!("metrics:http://{addr}/metrics"));
+        tasks.push(tokio::spawn({
+            let (d, stop) = (svc.daemon.clone(), stopped(&stop_tx));
+            async move {
+                metrics::serve(l, d, stop).await;
+                Ok(())
+            }
+        }));
+    }
     let why = wait_for_stop(&kill).await;
     tracing::info!("stopping: {why}");
     let _ = stop_tx.send(());
@@ -223,6 +258,7 @@ async fn serve(
     Ok(report)
 }
 
+#[cfg(feature = "grpc")]
 async fn wait_for_stop(kill: &Notify) -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
@@ -240,8 +276,10 @@ async fn wait_for_stop(kill: &Notify) -> &'static str {
     }
 }
 
+#[cfg(feature = "grpc")]
 struct RemoveOnDrop(PathBuf);
 
+#[cfg(feature = "grpc")]
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);

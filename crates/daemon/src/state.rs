@@ -22,6 +22,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The version GetVersion reports.
 pub const VERSION: &str = concat!("nfkit ", env!("CARGO_PKG_VERSION"));
+/// How long GetPortStats waits for the workers to publish counters.
+const PUBLISH_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
 /// Longest module, port or class name accepted.
 const MAX_NAME: usize = 128;
 
@@ -67,6 +69,8 @@ pub struct Daemon {
     /// Requests served, for the log at exit.
     pub requests: u64,
     tsc_mhz: f64,
+    /// Gate hooks set over the service (TcpDump taps).
+    hooks: crate::hooks::Hooks,
 }
 
 fn now_secs() -> f64 {
@@ -249,6 +253,7 @@ impl Daemon {
             w0_adopted: false,
             requests: 0,
             tsc_mhz: tsc_mhz(),
+            hooks: Default::default(),
         })
     }
 
@@ -285,6 +290,12 @@ impl Daemon {
                 Err(fail)
             }
         }
+    }
+
+    /// How many times the running workers have been paused (by
+    /// changes, commands and PauseAll).
+    pub fn pauses(&self) -> u64 {
+        self.pipeline.pauses()
     }
 
     /// Stop everything (SIGTERM, KillBess): the final statistics.
@@ -812,17 +823,18 @@ impl Daemon {
 
     pub fn get_port_stats(&mut self, name: &str) -> Res<pb::GetPortStatsResponse> {
         let port = self.port(name)?.port.clone();
-        // A port no module uses rests home: its counters are live. One a
-        // worker holds is read between two batches.
+        // A port no module uses rests home: its counters are live. The
+        // workers holding one publish its counters between two of their
+        // rounds, without pausing (a worker that does not answer within
+        // the timeout leaves its previous values).
         let in_use = self
             .modules
             .values()
             .any(|m| m.port.as_deref() == Some(name));
-        let s = if in_use {
-            self.paused(|_| port.stats())?
-        } else {
-            port.stats()
-        };
+        if in_use && !self.pipeline.publish_port_stats(PUBLISH_TIMEOUT) {
+            tracing::debug!(port = %name, "a worker did not publish port counters in time");
+        }
+        let s = port.stats();
         let stat = |packets, dropped, bytes| pb::get_port_stats_response::Stat {
             packets,
             dropped,
@@ -1401,4 +1413,79 @@ fn mac_str(m: [u8; 6]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+// ---- read-only views for the metrics endpoint (crate::metrics) ----
+
+impl Daemon {
+    /// Every counter of the pipeline: modules, gates, workers, classes.
+    pub fn pipeline_stats(&self) -> nfkit_pipeline::PipelineStats {
+        self.pipeline.stats()
+    }
+
+    /// Every port's counters as (name, driver, counters), read as
+    /// GetPortStats reads them: ports the workers hold are published by
+    /// them between two rounds (one request for all), without pausing.
+    pub fn port_counters(&mut self) -> Res<Vec<(String, String, nfkit_port::QueueStats)>> {
+        let in_use = self.modules.values().any(|m| m.port.is_some());
+        if in_use && !self.pipeline.publish_port_stats(PUBLISH_TIMEOUT) {
+            tracing::debug!("a worker did not publish port counters in time");
+        }
+        Ok(self
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), p.driver.clone(), p.port.stats()))
+            .collect())
+    }
+
+    /// The gate hooks set over the service.
+    pub fn hooks(&mut self) -> &mut crate::hooks::Hooks {
+        &mut self.hooks
+    }
+
+    /// The modules' names.
+    pub fn module_names(&self) -> Vec<String> {
+        self.modules.keys().cloned().collect()
+    }
+
+    /// That `module` has gate `gate` on side `dir`.
+    pub fn check_gate(
+        &self,
+        module: &str,
+        dir: nfkit_pipeline::hooks::GateDir,
+        gate: usize,
+    ) -> Res<()> {
+        let m = self.module(module)?;
+        let (have, side) = match dir {
+            nfkit_pipeline::hooks::GateDir::In => (m.igates, "input"),
+            nfkit_pipeline::hooks::GateDir::Out => (m.ogates, "output"),
+        };
+        if gate >= have {
+            return Err(Fail::inval(format!(
+                "module `{module}` ({}) has {have} {side} gate(s); gate {gate} does not exist",
+                m.class
+            )));
+        }
+        Ok(())
+    }
+
+    /// Set or remove the hook on one gate, between two batches.
+    pub fn set_gate_tap(
+        &mut self,
+        module: &str,
+        dir: nfkit_pipeline::hooks::GateDir,
+        gate: usize,
+        tap: Option<nfkit_pipeline::hooks::Tap>,
+    ) -> Res<()> {
+        let m = module.to_string();
+        self.edit(
+            move |g| g.set_gate_tap(&m, dir, gate, tap).map(|_| ()),
+            |_| {},
+        )
+    }
+
+    /// The daemon's packet buffer pool: (buffers, free buffers).
+    pub fn pool_occupancy(&self) -> (usize, usize) {
+        (self.pool.capacity(), self.pool.free_count())
+    }
 }

@@ -503,3 +503,17 @@ fn rx_byte_counter_counts_what_the_packets_hold() {
         }
     }
 }
+
+/// A pool too small for a receive ring and the queues' caches is refused
+/// at set-up, naming the smallest pool that works (512 + 4 x 64 = 768).
+#[test]
+fn a_pool_too_small_for_the_ring_and_caches_is_refused_naming_the_minimum() {
+    let mut bench = Bench::new(Mode::LockStep);
+    let nic = bench.nic(model(1));
+    let dev = bench.init(&nic, DeviceConfig::default()).unwrap();
+    let pool = Mempool::new(&*bench.dma, "tight", 700, 4096).unwrap();
+    let err = dev.rx_queue(0, &pool, RING).err().unwrap();
+    assert!(err.to_string().contains("at least 768"), "{err}");
+    let pool = Mempool::new(&*bench.dma, "enough", 768, 4096).unwrap();
+    assert!(dev.rx_queue(0, &pool, RING).is_ok());
+}

@@ -14,7 +14,7 @@ use crate::runtime::Runtime;
 use crate::sched::{SchedClock, SchedCounters, SchedStats, Scheduler, TcStats};
 use nfkit_port::QueueStats;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -66,8 +66,16 @@ struct WorkerThread {
     handle: Option<JoinHandle<()>>,
     cmd: mpsc::Sender<WorkerState>,
     back: mpsc::Receiver<WorkerState>,
-    pause: Arc<AtomicBool>,
+    /// [`RUN`], [`PAUSE`] or [`PUBLISH`]: read once a round.
+    pause: Arc<AtomicU8>,
 }
+
+/// Worker flag: run rounds.
+const RUN: u8 = 0;
+/// Worker flag: finish the round and hand the worker's part back.
+const PAUSE: u8 = 1;
+/// Worker flag: publish the counters of the ports it holds, then run on.
+const PUBLISH: u8 = 2;
 
 /// A pipeline ready to run.
 pub struct Pipeline {
@@ -79,6 +87,8 @@ pub struct Pipeline {
     running: bool,
     threads: Vec<WorkerThread>,
     sched_counters: Vec<Arc<SchedCounters>>,
+    /// Times the running workers were paused (edits, commands, pauses).
+    pauses: u64,
 }
 
 impl Pipeline {
@@ -92,6 +102,7 @@ impl Pipeline {
             running: false,
             threads: Vec::new(),
             sched_counters: Vec::new(),
+            pauses: 0,
         };
         p.commit()?;
         Ok(p)
@@ -113,6 +124,11 @@ impl Pipeline {
 
     pub fn is_running(&self) -> bool {
         self.running
+    }
+
+    /// How many times running workers have been paused so far.
+    pub fn pauses(&self) -> u64 {
+        self.pauses
     }
 
     fn commit(&mut self) -> Result<(), PipelineError> {
@@ -178,7 +194,7 @@ impl Pipeline {
                 self.threads.push(t);
             }
             let t = &self.threads[w];
-            t.pause.store(false, Ordering::SeqCst);
+            t.pause.store(RUN, Ordering::SeqCst);
             if t.cmd.send(st).is_err() {
                 return Err(PipelineError::WorkerLost(
                     self.graph.workers[w].name.clone(),
@@ -211,7 +227,7 @@ impl Pipeline {
         };
         let (cmd_tx, cmd_rx) = mpsc::channel::<WorkerState>();
         let (back_tx, back_rx) = mpsc::channel::<WorkerState>();
-        let pause = Arc::new(AtomicBool::new(false));
+        let pause = Arc::new(AtomicU8::new(RUN));
         let flag = pause.clone();
         let name = spec.name.clone();
         let handle = std::thread::Builder::new()
@@ -228,9 +244,24 @@ impl Pipeline {
                 while let Ok(mut st) = cmd_rx.recv() {
                     st.sched.resync();
                     // One relaxed load a round: free next to a task run.
-                    while !flag.load(Ordering::Relaxed) {
-                        let rt = &mut st.runtime;
-                        st.sched.run_once(|task, now| rt.run_task(task, now));
+                    loop {
+                        match flag.load(Ordering::Relaxed) {
+                            RUN => {
+                                let rt = &mut st.runtime;
+                                st.sched.run_once(|task, now| rt.run_task(task, now));
+                            }
+                            PUBLISH => {
+                                st.runtime.ports.publish();
+                                // A pause that came meanwhile stays.
+                                let _ = flag.compare_exchange(
+                                    PUBLISH,
+                                    RUN,
+                                    Ordering::AcqRel,
+                                    Ordering::Relaxed,
+                                );
+                            }
+                            _ => break,
+                        }
                     }
                     if back_tx.send(st).is_err() {
                         return;
@@ -252,8 +283,9 @@ impl Pipeline {
         if !self.running {
             return Ok(());
         }
+        self.pauses += 1;
         for t in &self.threads {
-            t.pause.store(true, Ordering::SeqCst);
+            t.pause.store(PAUSE, Ordering::SeqCst);
         }
         let mut states = Vec::new();
         let mut lost = None;
@@ -274,6 +306,39 @@ impl Pipeline {
         }
         self.parked = Some(states);
         Ok(())
+    }
+
+    /// Have every running worker publish the counters of the ports it
+    /// holds (between two of its rounds, without pausing), so that
+    /// [`SharedPort::stats`] is current; waits up to `timeout` for them
+    /// (a worker that does not answer in time leaves its last values).
+    /// Returns whether every worker answered.
+    pub fn publish_port_stats(&self, timeout: Duration) -> bool {
+        if !self.running {
+            return true;
+        }
+        let asked: Vec<&WorkerThread> = self
+            .threads
+            .iter()
+            .filter(|t| {
+                t.pause
+                    .compare_exchange(RUN, PUBLISH, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            })
+            .collect();
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            if asked
+                .iter()
+                .all(|t| t.pause.load(Ordering::Acquire) != PUBLISH)
+            {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
     }
 
     /// Run the workers for `d` of wall-clock time, then pause.

@@ -36,7 +36,14 @@ struct Home {
     tx_queues: usize,
     /// Control path only: taken at commit, check-out and check-in.
     held: Mutex<Held>,
+    /// Counters of the parts workers hold, as each worker last
+    /// published them ([`PortTable::publish`]), by check-out id; an
+    /// entry goes when its part comes home.
+    published: Mutex<Vec<(u64, QueueStats)>>,
 }
+
+/// Ids of check-outs (which published counters belong to which part).
+static CHECKOUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Where a port's parts are while the pipeline is paused.
 enum Held {
@@ -114,6 +121,7 @@ impl SharedPort {
             rx_queues: port.rx_queues(),
             tx_queues: port.tx_queues(),
             held: Mutex::new(Held::Whole(port)),
+            published: Mutex::new(Vec::new()),
         }))
     }
 
@@ -133,14 +141,37 @@ impl SharedPort {
     }
 
     /// Counters summed over all queues: live while the port is home or
-    /// shared under a lock; while a worker holds it, as of the moment the
-    /// worker took it (read them after a pause).
+    /// shared under a lock; while workers hold it (or parts of it), as
+    /// they last published them ([`Pipeline::publish_port_stats`]), else
+    /// as of the moment they took it.
+    ///
+    /// [`Pipeline::publish_port_stats`]: crate::Pipeline::publish_port_stats
     pub fn stats(&self) -> QueueStats {
-        match &*self.0.held.lock() {
+        let held = self.0.held.lock();
+        let published = self.0.published.lock();
+        let mut away = QueueStats::default();
+        for (_, s) in published.iter() {
+            away += *s;
+        }
+        match &*held {
             Held::Whole(p) => p.stats(),
-            Held::Parts(parts) => parts_stats(parts.iter().flatten()),
+            Held::Parts(parts) => {
+                let mut s = parts_stats(parts.iter().flatten());
+                s += away;
+                s
+            }
             Held::Locked(p) => p.lock().stats(),
-            Held::Out(s) => *s,
+            Held::Out(s) if published.is_empty() => *s,
+            Held::Out(_) => away,
+        }
+    }
+
+    /// Record the counters of a part a worker holds (check-out `id`).
+    fn publish(&self, id: u64, stats: QueueStats) {
+        let mut published = self.0.published.lock();
+        match published.iter_mut().find(|(i, _)| *i == id) {
+            Some(e) => e.1 = stats,
+            None => published.push((id, stats)),
         }
     }
 
@@ -214,9 +245,10 @@ impl SharedPort {
         }
     }
 
-    /// Give back what a worker held.
-    fn check_in(&self, slot: Slot) {
+    /// Give back what a worker held (check-out `id`).
+    fn check_in(&self, slot: Slot, id: u64) {
         let mut held = self.0.held.lock();
+        self.0.published.lock().retain(|(i, _)| *i != id);
         match slot {
             Slot::Whole(p) => *held = Held::Whole(p),
             Slot::Parts(mine) => {
@@ -315,6 +347,8 @@ impl Slot {
 pub struct PortTable {
     plan: Vec<(SharedPort, Claim)>,
     slots: Vec<Slot>,
+    /// Check-out id of each slot (0: none).
+    ids: Vec<u64>,
 }
 
 impl PortTable {
@@ -325,6 +359,7 @@ impl PortTable {
         }
         self.plan.push((port.clone(), claim));
         self.slots.push(Slot::Empty);
+        self.ids.push(0);
         self.plan.len() - 1
     }
 
@@ -334,6 +369,7 @@ impl PortTable {
             if matches!(self.slots[i], Slot::Empty) {
                 if let Some(s) = port.check_out(claim) {
                     self.slots[i] = s;
+                    self.ids[i] = CHECKOUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         }
@@ -343,10 +379,25 @@ impl PortTable {
     pub(crate) fn check_in(&mut self, flush: bool) {
         for (i, (port, _)) in self.plan.iter().enumerate() {
             let s = std::mem::replace(&mut self.slots[i], Slot::Empty);
-            port.check_in(s);
+            port.check_in(s, std::mem::take(&mut self.ids[i]));
             if flush {
                 port.flush();
             }
+        }
+    }
+
+    /// Publish the counters of every port (or part) this worker holds,
+    /// so that [`SharedPort::stats`] reads them while the worker runs
+    /// (called by the worker between two rounds, when asked).
+    pub(crate) fn publish(&mut self) {
+        for (i, (port, _)) in self.plan.iter().enumerate() {
+            let stats = match &self.slots[i] {
+                Slot::Whole(p) => p.stats(),
+                Slot::Parts(parts) => parts_stats(parts.iter().flatten()),
+                // Live through the lock; nothing held here.
+                Slot::Locked(_) | Slot::Empty => continue,
+            };
+            port.publish(self.ids[i], stats);
         }
     }
 
