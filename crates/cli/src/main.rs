@@ -124,6 +124,10 @@ enum Cmd {
         /// Largest request accepted, in bytes.
         #[arg(long, default_value_t = nfkit_lab::daemon::DEFAULT_MAX_REQUEST)]
         max_request: usize,
+        /// A .nfk file whose pipeline is built before serving (an error
+        /// names its line and the daemon does not start).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
     },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
@@ -214,11 +218,13 @@ fn main() -> Result<()> {
             grpc_url,
             allow_remote,
             max_request,
+            config,
         } => nfkit_lab::daemon::run(nfkit_lab::daemon::Options {
             socket,
             grpc_url,
             allow_remote,
             max_request,
+            config,
             ..Default::default()
         })?,
         Cmd::Doctor => {
