@@ -642,10 +642,35 @@ impl Daemon {
         if !c.leaf_module_name.is_empty() || leaf_module(&c.name).is_some() {
             return self.attach(&c);
         }
-        Err(Fail::notsup(format!(
-            "moving class `{}`: nfkit moves task leaves (attach_task); remove and re-add an inner class instead",
-            c.name
-        )))
+        let old = self
+            .pipeline
+            .graph()
+            .tc_list()
+            .into_iter()
+            .find(|t| t.0 == c.name)
+            .ok_or_else(|| Fail::noent(format!("no traffic class named `{}`", c.name)))?;
+        let (_, w, old_parent, _, old_place) = old;
+        let workers = self.pipeline.graph().worker_list();
+        let here = workers.get(w).map(|x| wid_of(&x.0)).unwrap_or(-1);
+        if c.wid >= 0 && c.wid != here {
+            return Err(Fail::notsup(format!(
+                "moving class `{}` from worker {here} to worker {}: nfkit moves inner classes within their worker; remove and re-add it there",
+                c.name, c.wid
+            )));
+        }
+        let parent = if c.parent.is_empty() {
+            ROOT_TC.to_string()
+        } else {
+            c.parent.clone()
+        };
+        let place = placement_from(&c)?;
+        let name = c.name.clone();
+        self.edit(
+            |g| g.set_tc_parent(&name, &parent, place),
+            |g| {
+                let _ = g.set_tc_parent(&c.name, &old_parent, old_place);
+            },
+        )
     }
 
     pub fn reset_tcs(&mut self) -> Res<()> {
