@@ -59,6 +59,14 @@ enum Cmd {
         /// Queues per port (RSS spreads flows over the receive queues).
         #[arg(long, default_value_t = 1)]
         queues: usize,
+        /// Pure polling: never sleep when idle (lowest latency, one core
+        /// at 100%).
+        #[arg(long)]
+        poll: bool,
+        /// Hybrid polling: sleep after this many microseconds without a
+        /// packet, until a port wakes the loop.
+        #[arg(long, default_value_t = 200)]
+        idle_us: u64,
     },
     /// Generate UDP traffic with sequence numbers on one or more ports.
     Pktgen {
@@ -162,12 +170,22 @@ fn main() -> Result<()> {
             model,
             seconds,
             queues,
+            poll,
+            idle_us,
         } => nfkit_lab::fwd::run(&nfkit_lab::fwd::FwdArgs {
             ports: [ports[0].clone(), ports[1].clone()],
             model,
             seconds,
             queues,
             force,
+            idle: if poll {
+                nfkit_port::IdleOptions::polling()
+            } else {
+                nfkit_port::IdleOptions {
+                    sleep_after: Some(std::time::Duration::from_micros(idle_us)),
+                    ..nfkit_port::IdleOptions::default()
+                }
+            },
         })?,
         Cmd::Pktgen {
             ports,

@@ -17,7 +17,7 @@ use nfkit_ixgbe::{Agent, AgentConfig, AgentStats, Device};
 use nfkit_port::agent::AgentAdapter;
 use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
 use nfkit_port::rate::{self, RateLines};
-use nfkit_port::{Model, OpenOptions, Port, PortSpec};
+use nfkit_port::{Idle, IdleOptions, IdleTimes, Model, OpenOptions, Port, PortSpec};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +31,8 @@ pub struct FwdArgs {
     pub queues: usize,
     /// Take pci: devices the kernel is using (`--force`).
     pub force: bool,
+    /// Hybrid polling (sleep when idle) or pure polling (`--poll`).
+    pub idle: IdleOptions,
 }
 
 /// Forward until `args.seconds` pass, Ctrl-C, or finite sources end,
@@ -63,8 +65,8 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     let mut b = reg.open(&specs[1], &opts)?;
     lab.start_load();
     let report = match args.model.on(false) {
-        Model::Queue => queues(&mut *a, &mut *b, &stop)?,
-        _ => adapter(&mut *a, &mut *b, &stop),
+        Model::Queue => queues(&mut *a, &mut *b, &stop, args.idle)?,
+        _ => adapter(&mut *a, &mut *b, &stop, args.idle),
     };
     lab.stop_load();
     for (i, p) in [&a, &b].iter().enumerate() {
@@ -80,19 +82,36 @@ pub fn run(args: &FwdArgs) -> Result<()> {
             d.dropped
         );
     }
+    println!("forwarding thread: {}", report.idle.summary());
     Ok(())
 }
 
-fn queues(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> Result<FwdReport> {
+fn queues(
+    a: &mut dyn Port,
+    b: &mut dyn Port,
+    stop: &AtomicBool,
+    idle: IdleOptions,
+) -> Result<FwdReport> {
     let mut lines = RateLines::of_ports(&[&mut *a, &mut *b]);
     let opts = FwdOptions {
         touch: Touch::Read,
+        idle,
         ..FwdOptions::default()
     };
-    Ok(fwd([a, b], &opts, stop, |r| lines.print(r.ports.to_vec()))?)
+    let mut last = IdleTimes::default();
+    Ok(fwd([a, b], &opts, stop, |r| {
+        lines.print(r.ports.to_vec());
+        println!("{}", r.idle.since(&last).line("fwd"));
+        last = r.idle;
+    })?)
 }
 
-fn adapter(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> FwdReport {
+fn adapter(
+    a: &mut dyn Port,
+    b: &mut dyn Port,
+    stop: &AtomicBool,
+    idle_opts: IdleOptions,
+) -> FwdReport {
     let mut lines = RateLines::of_ports(&[&mut *a, &mut *b]);
     let mut agent = AgentAdapter::new(2);
     // port 0's packets go out of port 1 and the other way round
@@ -101,19 +120,33 @@ fn adapter(a: &mut dyn Port, b: &mut dyn Port, stop: &AtomicBool) -> FwdReport {
         |_: &mut [u8], len: usize, out: &mut [u16]| out[0] = len as u16,
     ];
     let mut ports: [&mut dyn Port; 2] = [a, b];
-    let mut at = Instant::now();
+    let start = Instant::now();
+    let mut at = start;
+    let mut idle = Idle::new(idle_opts);
+    let mut last = IdleTimes::default();
     while !stop.load(Ordering::Relaxed) {
         for _ in 0..1024 {
-            agent.poll(&mut ports, &mut handlers);
+            let n = agent.poll(&mut ports, &mut handlers);
+            if idle.round(n > 0) {
+                idle.sleep(&mut ports, Some(at + Duration::from_secs(1)), |ps| {
+                    agent.poll(ps, &mut handlers) > 0
+                });
+                break;
+            }
         }
         if at.elapsed() >= Duration::from_secs(1) {
             lines.print(vec![ports[0].stats(), ports[1].stats()]);
+            let now = idle.times(start.elapsed());
+            println!("{}", now.since(&last).line("fwd"));
+            last = now;
             at = Instant::now();
         }
     }
     let s = agent.stats();
     let mut report = FwdReport {
         ports: [ports[0].stats(), ports[1].stats()],
+        elapsed: start.elapsed(),
+        idle: idle.times(start.elapsed()),
         ..FwdReport::default()
     };
     for i in 0..2 {

@@ -217,7 +217,11 @@ proptest! {
     #[test]
     fn prefixes_never_panic(b in arb_frame()) {
         let f = b.build();
-        for n in 0..f.len() {
+        // Under miri, the prefixes that end within the headers (Ethernet
+        // with VLAN tags, IPv4 and TCP with options: under 150 bytes): a
+        // longer one takes the same path.
+        let upto = if cfg!(miri) { f.len().min(150) } else { f.len() };
+        for n in 0..upto {
             if let Ok(l) = parse_ipv4(&f[..n]) {
                 let _ = FlowKey::from_frame(&f[..n], &l);
             }

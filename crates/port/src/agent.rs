@@ -16,6 +16,7 @@
 //! input, `received = discarded + packets sent on at least one output or
 //! dropped`.
 
+use crate::queue::{Outputs, QueueHandler, QueueLoop};
 use crate::{Batch, PktBuf, Port};
 
 /// What an agent does with each packet, on 82599 agents
@@ -35,72 +36,26 @@ impl<F: FnMut(&mut [u8], usize, &mut [u16])> PacketHandler for F {
     }
 }
 
-/// Counters of a loop that hands each received packet to a handler or
-/// an NF and sends it where that says: the [`AgentAdapter`] and the
-/// queue-model NF loop (`nfkit_nf::adapt::QueueNf`). Indexed by port.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LoopStats {
-    /// Packets received per input.
-    pub received: Vec<u64>,
-    /// Packets the handler or NF sent nowhere, per input.
-    pub discarded: Vec<u64>,
-    /// Packets the handler asked to send per output (a flood counts on
-    /// each).
-    pub requested: Vec<u64>,
-    pub sent: Vec<u64>,
-    /// Refused by the transmit ring, no buffer for a copy, or a length
-    /// larger than the buffer.
-    pub dropped: Vec<u64>,
-    /// Verdicts naming a port the loop does not have (sent nowhere; the
-    /// queue loop counts these, agent handlers count them in
-    /// `nfkit_nf::adapt::AgentNf::unrouted`).
-    pub unrouted: u64,
-}
+pub use crate::queue::LoopStats;
 
-impl LoopStats {
-    /// All zero, for `ports` ports.
-    pub fn new(ports: usize) -> LoopStats {
-        LoopStats {
-            received: vec![0; ports],
-            discarded: vec![0; ports],
-            requested: vec![0; ports],
-            sent: vec![0; ports],
-            dropped: vec![0; ports],
-            unrouted: 0,
-        }
-    }
-}
-
-/// Runs per-input handlers over a set of ports. Buffers for the per-output
-/// batches are made once, here.
+/// Runs per-input handlers over a set of ports, on the queue-model loop
+/// ([`QueueLoop`]).
 pub struct AgentAdapter {
-    rx: Batch,
-    outs: Outputs,
-}
-
-/// Per-output batches and the counters, apart from the RX batch so that
-/// packets can be drained from one into the other.
-struct Outputs {
-    out: Vec<Batch>,
+    lp: QueueLoop,
     lens: Vec<u16>,
-    stats: LoopStats,
 }
 
 impl AgentAdapter {
     /// An adapter for `ports` ports (each is an input and an output).
     pub fn new(ports: usize) -> AgentAdapter {
         AgentAdapter {
-            rx: Batch::new(),
-            outs: Outputs {
-                out: (0..ports).map(|_| Batch::new()).collect(),
-                lens: vec![0; ports],
-                stats: LoopStats::new(ports),
-            },
+            lp: QueueLoop::new(ports),
+            lens: vec![0; ports],
         }
     }
 
     pub fn stats(&self) -> &LoopStats {
-        &self.outs.stats
+        self.lp.stats()
     }
 
     /// One round: every RX queue of every port, through that port's
@@ -114,95 +69,62 @@ impl AgentAdapter {
         ports: &mut [&mut dyn Port],
         handlers: &mut [H],
     ) -> usize {
-        let count = self.outs.out.len();
+        let count = self.lens.len();
         assert!(
             ports.len() == count && handlers.len() == count,
             "AgentAdapter made for {count} ports, given {} ports and {} handlers",
             ports.len(),
             handlers.len()
         );
-        let mut total = 0;
-        for input in 0..ports.len() {
-            for q in 0..ports[input].rx_queues() {
-                let n = ports[input].rx_batch(q, &mut self.rx);
-                if n == 0 {
-                    continue;
-                }
-                total += n;
-                self.outs.stats.received[input] += n as u64;
-                for pkt in self.rx.drain() {
-                    self.outs.handle(input, pkt, &mut handlers[input], ports, q);
-                }
-                self.outs.flush_all(ports, q);
-            }
-        }
-        total
+        self.lp.poll(
+            ports,
+            &mut Handlers {
+                handlers,
+                lens: &mut self.lens,
+            },
+        )
     }
 }
 
-impl Outputs {
-    fn handle<H: PacketHandler>(
-        &mut self,
-        input: usize,
-        mut pkt: PktBuf,
-        handler: &mut H,
-        ports: &mut [&mut dyn Port],
-        q: usize,
-    ) {
-        let len = pkt.len();
-        let room = len + pkt.tailroom();
-        // Cannot fail: the room is what the buffer has.
-        let _ = pkt.set_len(room);
-        self.lens.fill(0);
-        handler.handle(pkt.data_mut(), len, &mut self.lens);
-        let Some(last) = self.lens.iter().rposition(|&l| l > 0) else {
-            self.stats.discarded[input] += 1;
+/// The per-input handlers as the loop's [`QueueHandler`].
+struct Handlers<'a, H> {
+    handlers: &'a mut [H],
+    lens: &'a mut [u16],
+}
+
+impl<H: PacketHandler> QueueHandler for Handlers<'_, H> {
+    #[inline]
+    fn handle(&mut self, input: usize, rx: &mut Batch, out: &mut Outputs) {
+        let Some(handler) = self.handlers.get_mut(input) else {
             return;
         };
-        for o in 0..last {
-            let l = usize::from(self.lens[o]);
-            if l == 0 {
+        for mut pkt in rx.drain() {
+            let len = pkt.len();
+            let room = len + pkt.tailroom();
+            // Cannot fail: the room is what the buffer has.
+            let _ = pkt.set_len(room);
+            self.lens.fill(0);
+            handler.handle(pkt.data_mut(), len, self.lens);
+            let Some(last) = self.lens.iter().rposition(|&l| l > 0) else {
+                out.discard(input);
                 continue;
+            };
+            for o in 0..last {
+                let l = usize::from(self.lens[o]);
+                if l == 0 {
+                    continue;
+                }
+                match (l <= room).then(|| copy_prefix(&pkt, l)).flatten() {
+                    Some(c) => out.send(o, c),
+                    None => out.refuse(o),
+                }
             }
-            self.stats.requested[o] += 1;
-            let copy = (l <= room).then(|| copy_prefix(&pkt, l)).flatten();
-            match copy {
-                Some(c) => self.enqueue(o, c, ports, q),
-                None => self.stats.dropped[o] += 1,
+            if pkt.set_len(usize::from(self.lens[last])).is_ok() {
+                out.send(last, pkt);
+            } else {
+                out.refuse(last);
             }
         }
-        self.stats.requested[last] += 1;
-        if pkt.set_len(usize::from(self.lens[last])).is_ok() {
-            self.enqueue(last, pkt, ports, q);
-        } else {
-            self.stats.dropped[last] += 1;
-        }
-    }
-
-    fn enqueue(&mut self, o: usize, pkt: PktBuf, ports: &mut [&mut dyn Port], q: usize) {
-        if self.out[o].is_full() {
-            self.flush(o, ports, q);
-        }
-        // Cannot be handed back: the batch was just flushed if full.
-        if self.out[o].push(pkt).is_some() {
-            self.stats.dropped[o] += 1;
-        }
-    }
-
-    fn flush_all(&mut self, ports: &mut [&mut dyn Port], q: usize) {
-        for o in 0..self.out.len() {
-            self.flush(o, ports, q);
-        }
-    }
-
-    fn flush(&mut self, o: usize, ports: &mut [&mut dyn Port], q: usize) {
-        if self.out[o].is_empty() {
-            return;
-        }
-        let txq = q % ports[o].tx_queues().max(1);
-        self.stats.sent[o] += ports[o].tx_batch(txq, &mut self.out[o]) as u64;
-        self.stats.dropped[o] += self.out[o].len() as u64;
-        self.out[o].clear();
     }
 }
 

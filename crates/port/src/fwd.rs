@@ -4,10 +4,13 @@
 //! take counted as dropped: on each direction
 //! `received = forwarded + dropped`.
 //!
-//! Queues: RX queue `q` of one port feeds TX queue `q % tx_queues` of the
-//! other; one thread polls every queue in turn.
+//! This is the queue-model loop ([`QueueLoop`]) with a pass-through
+//! handler: each received batch moves whole to the other port. Queues: RX
+//! queue `q` of one port feeds TX queue `q % tx_queues` of the other; one
+//! thread polls every queue in turn.
 
 use crate::idle::{Idle, IdleOptions, IdleTimes};
+use crate::queue::{Outputs, QueueHandler, QueueLoop};
 use crate::{Batch, Port, PortError, QueueStats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -85,49 +88,25 @@ pub fn fwd(
     stop: &AtomicBool,
     mut on_stats: impl FnMut(&FwdReport),
 ) -> Result<FwdReport, PortError> {
-    let [a, b] = ports;
-    let mut batch = Batch::new();
+    let mut ports = ports;
+    let mut lp = QueueLoop::new(2);
+    let mut pass = PassThrough {
+        touch: opts.touch,
+        bytes: [0; 2],
+    };
     let mut report = FwdReport::default();
     let start = Instant::now();
     let mut last_stats = start;
     let mut polls = 0u32;
-    // Queue counts are fixed once a port is open: ask once.
-    let ab = QueueMap::new(&*a, &*b);
-    let ba = QueueMap::new(&*b, &*a);
     let mut idle = Idle::new(opts.idle);
     loop {
-        let moved = forward(
-            &mut *a,
-            &mut *b,
-            ab,
-            &mut batch,
-            opts.touch,
-            &mut report.dirs[0],
-        ) + forward(
-            &mut *b,
-            &mut *a,
-            ba,
-            &mut batch,
-            opts.touch,
-            &mut report.dirs[1],
-        );
+        let moved = lp.poll(&mut ports, &mut pass);
         if idle.round(moved > 0) {
             // Idle long enough: arm, re-check both directions, sleep until
             // a port wakes the loop or the next stats line is due.
-            let dirs = &mut report.dirs;
-            idle.sleep(
-                &mut [&mut *a, &mut *b],
-                Some(last_stats + opts.stats_interval),
-                |ps| match ps {
-                    [a, b] => {
-                        let (a, b) = (&mut **a, &mut **b);
-                        forward(a, b, ab, &mut batch, opts.touch, &mut dirs[0])
-                            + forward(b, a, ba, &mut batch, opts.touch, &mut dirs[1])
-                            > 0
-                    }
-                    _ => false,
-                },
-            );
+            idle.sleep(&mut ports, Some(last_stats + opts.stats_interval), |ps| {
+                lp.poll(ps, &mut pass) > 0
+            });
             // Look at the clock, the stop flag and errors now.
             polls = CHECK_EVERY - 1;
         }
@@ -136,87 +115,71 @@ pub fn fwd(
             continue;
         }
         polls = 0;
-        for p in [&mut *a, &mut *b] {
+        for p in ports.iter_mut() {
             if let Some(e) = p.take_error() {
                 return Err(e);
             }
         }
-        let done = opts.stop_when_done && a.rx_done() && b.rx_done();
+        let done = opts.stop_when_done && ports.iter().all(|p| p.rx_done());
         let now = Instant::now();
         if now - last_stats >= opts.stats_interval {
             last_stats = now;
-            fill(&mut report, &*a, &*b, start, &idle);
+            fill(&mut report, &lp, &pass, &ports, start, &idle);
             on_stats(&report);
         }
         if done || stop.load(Ordering::Relaxed) {
             break;
         }
     }
-    a.flush()?;
-    b.flush()?;
-    fill(&mut report, &*a, &*b, start, &idle);
+    for p in ports.iter_mut() {
+        p.flush()?;
+    }
+    fill(&mut report, &lp, &pass, &ports, start, &idle);
     on_stats(&report);
     Ok(report)
 }
 
-fn fill(r: &mut FwdReport, a: &dyn Port, b: &dyn Port, start: Instant, idle: &Idle) {
-    r.ports = [a.stats(), b.stats()];
+fn fill(
+    r: &mut FwdReport,
+    lp: &QueueLoop,
+    pass: &PassThrough,
+    ports: &[&mut dyn Port; 2],
+    start: Instant,
+    idle: &Idle,
+) {
+    let s = lp.stats();
+    for (d, dir) in r.dirs.iter_mut().enumerate() {
+        *dir = DirStats {
+            received: s.received[d],
+            forwarded: s.sent[1 - d],
+            dropped: s.dropped[1 - d],
+            bytes: pass.bytes[d],
+        };
+    }
+    r.ports = [ports[0].stats(), ports[1].stats()];
     r.elapsed = start.elapsed();
     r.idle = idle.times(r.elapsed);
 }
 
-/// Which queues one direction uses: RX queue `q` of the receiving port
-/// feeds TX queue `q % tx` of the sending one.
-#[derive(Debug, Clone, Copy)]
-struct QueueMap {
-    rx: usize,
-    tx: usize,
-}
-
-impl QueueMap {
-    fn new(from: &dyn Port, to: &dyn Port) -> QueueMap {
-        QueueMap {
-            rx: from.rx_queues(),
-            tx: to.tx_queues().max(1),
-        }
-    }
-}
-
-/// One round over the RX queues of `from`; returns how many packets it
-/// received.
-#[inline]
-fn forward(
-    from: &mut dyn Port,
-    to: &mut dyn Port,
-    queues: QueueMap,
-    batch: &mut Batch,
+/// The forwarder's handler: touch each packet, count its bytes, and move
+/// the batch to the other port.
+struct PassThrough {
     touch: Touch,
-    s: &mut DirStats,
-) -> usize {
-    let mut moved = 0;
-    // `q % queues.tx`, wrapped by comparison (no division).
-    let mut next_tx = 0;
-    for q in 0..queues.rx {
-        let txq = next_tx;
-        next_tx = if txq + 1 == queues.tx { 0 } else { txq + 1 };
-        let n = from.rx_batch(q, batch);
-        if n == 0 {
-            continue;
+    /// Bytes received per input.
+    bytes: [u64; 2],
+}
+
+impl QueueHandler for PassThrough {
+    #[inline(always)]
+    fn handle(&mut self, input: usize, rx: &mut Batch, out: &mut Outputs) {
+        let mut bytes = 0;
+        for p in rx.iter_mut() {
+            bytes += p.len() as u64;
+            touch_packet(p, self.touch);
         }
-        moved += n;
-        s.received += n as u64;
-        for p in batch.iter_mut() {
-            s.bytes += p.len() as u64;
-            touch_packet(p, touch);
-        }
-        s.forwarded += to.tx_batch(txq, batch) as u64;
-        if !batch.is_empty() {
-            s.dropped += batch.len() as u64;
-            to.tx_refused(txq, batch.len() as u64);
-            batch.clear();
-        }
+        self.bytes[input & 1] += bytes;
+        out.send_batch(1 - (input & 1), rx);
     }
-    moved
 }
 
 #[inline(always)]

@@ -47,6 +47,18 @@ pub enum RxWake {
     Fd(RawFd),
 }
 
+/// Whether `fd` polls readable right now (no wait): a port that must
+/// read an eventfd's count to reset it reads only when this holds, so a
+/// blocking descriptor never blocks the loop.
+pub fn readable_now(fd: RawFd) -> bool {
+    let mut p = [libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    matches!(crate::sys::poll(&mut p, 0), Ok(1)) && p[0].revents & libc::POLLIN != 0
+}
+
 /// The idle period before a loop sleeps (see the module documentation).
 pub const DEFAULT_SLEEP_AFTER: Duration = Duration::from_micros(200);
 
@@ -105,9 +117,43 @@ pub struct IdleTimes {
     /// Times the loop polled instead of sleeping: a port that cannot
     /// wake it, a descriptor that failed.
     pub fallbacks: u64,
+    /// Timer wake-ups whose next round found packets: a port that did
+    /// not signal them (a frontend that never kicks); the sleep bound is
+    /// what delivered them.
+    pub late: u64,
 }
 
 impl IdleTimes {
+    /// The change since `old` (an earlier reading of the same loop).
+    pub fn since(&self, old: &IdleTimes) -> IdleTimes {
+        IdleTimes {
+            busy: self.busy.saturating_sub(old.busy),
+            polling_idle: self.polling_idle.saturating_sub(old.polling_idle),
+            asleep: self.asleep.saturating_sub(old.asleep),
+            sleeps: self.sleeps.saturating_sub(old.sleeps),
+            woken: self.woken.saturating_sub(old.woken),
+            timeouts: self.timeouts.saturating_sub(old.timeouts),
+            rechecks: self.rechecks.saturating_sub(old.rechecks),
+            fallbacks: self.fallbacks.saturating_sub(old.fallbacks),
+            late: self.late.saturating_sub(old.late),
+        }
+    }
+
+    /// `[Thread: NAME] busy x%, polling idle y%, asleep z%`: one rate
+    /// line for a polling thread.
+    pub fn line(&self, thread: &str) -> String {
+        let total = (self.busy + self.polling_idle + self.asleep)
+            .as_secs_f64()
+            .max(1e-9);
+        let pct = |d: Duration| 100.0 * d.as_secs_f64() / total;
+        format!(
+            "[Thread: {thread}] busy {:.1}%, polling idle {:.1}%, asleep {:.1}%",
+            pct(self.busy),
+            pct(self.polling_idle),
+            pct(self.asleep)
+        )
+    }
+
     /// `busy / polling idle / asleep` as shares of the total, for rate
     /// lines and reports.
     pub fn summary(&self) -> String {
@@ -116,13 +162,14 @@ impl IdleTimes {
             .max(1e-9);
         let pct = |d: Duration| 100.0 * d.as_secs_f64() / total;
         format!(
-            "busy {:.1}%, polling idle {:.1}%, asleep {:.1}% ({} sleeps: {} woken, {} timed out; {} re-checks found packets)",
+            "busy {:.1}%, polling idle {:.1}%, asleep {:.1}% ({} sleeps: {} woken, {} timed out, {} of them with packets waiting; {} re-checks found packets)",
             pct(self.busy),
             pct(self.polling_idle),
             pct(self.asleep),
             self.sleeps,
             self.woken,
             self.timeouts,
+            self.late,
             self.rechecks
         )
     }
@@ -137,11 +184,15 @@ pub struct Idle {
     times: IdleTimes,
     /// Set once a port cannot wake the loop or `poll(2)` failed: poll on.
     cannot_sleep: bool,
+    /// The last sleep ended on the timer.
+    after_timeout: bool,
     fds: Vec<libc::pollfd>,
     /// (port index, queue) of each entry of `fds`.
     armed: Vec<(usize, usize)>,
-    /// Queues whose descriptor reported an error or hang-up.
-    broken: Vec<(usize, usize)>,
+    /// Queues whose descriptor reported an error or hang-up (a port
+    /// that gives a new descriptor, a reconnected frontend, is watched
+    /// again).
+    broken: Vec<(usize, usize, RawFd)>,
     #[cfg(test)]
     naive: bool,
 }
@@ -154,6 +205,7 @@ impl Idle {
             empty: 0,
             times: IdleTimes::default(),
             cannot_sleep: false,
+            after_timeout: false,
             fds: Vec::new(),
             armed: Vec::new(),
             broken: Vec::new(),
@@ -184,6 +236,10 @@ impl Idle {
     /// back, and one per [`CLOCK_EVERY`] empty rounds.
     #[inline]
     pub fn round(&mut self, worked: bool) -> bool {
+        if self.after_timeout {
+            self.after_timeout = false;
+            self.times.late += u64::from(worked);
+        }
         if worked {
             if let Some(t) = self.idle_since.take() {
                 self.times.polling_idle += t.elapsed();
@@ -226,10 +282,6 @@ impl Idle {
         let mut unable = None;
         'ports: for (i, p) in ports.iter_mut().enumerate() {
             for q in 0..p.rx_queues() {
-                if self.broken.contains(&(i, q)) {
-                    unable = Some((p.name().to_string(), q, "its descriptor failed"));
-                    break 'ports;
-                }
                 match p.rx_wake(q) {
                     RxWake::Never => {}
                     RxWake::Poll => {
@@ -237,6 +289,10 @@ impl Idle {
                         break 'ports;
                     }
                     RxWake::Fd(fd) => {
+                        if self.broken.contains(&(i, q, fd)) {
+                            unable = Some((p.name().to_string(), q, "its descriptor failed"));
+                            break 'ports;
+                        }
                         if !p.rx_arm(q) {
                             unable = Some((p.name().to_string(), q, "arming failed"));
                             break 'ports;
@@ -277,7 +333,8 @@ impl Idle {
         }
         let wait = until.saturating_duration_since(now);
         let mut timed_out = true;
-        if !wait.is_zero() {
+        let slept = !wait.is_zero();
+        if slept {
             let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
             let r = crate::sys::poll(&mut self.fds, ms);
             let woke = Instant::now();
@@ -289,8 +346,8 @@ impl Idle {
                     timed_out = false;
                     for (f, &(i, q)) in self.fds.iter().zip(&self.armed) {
                         let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
-                        if f.revents & bad != 0 && !self.broken.contains(&(i, q)) {
-                            self.broken.push((i, q));
+                        if f.revents & bad != 0 && !self.broken.contains(&(i, q, f.fd)) {
+                            self.broken.push((i, q, f.fd));
                             tracing::warn!(
                                 "port `{}` queue {q}: its wake-up descriptor reports an error (poll events {:#x}); polling that queue",
                                 ports[i].name(),
@@ -306,10 +363,13 @@ impl Idle {
                 }
             }
         }
-        if timed_out {
-            self.times.timeouts += 1;
-        } else {
-            self.times.woken += 1;
+        self.after_timeout = slept && timed_out;
+        if slept {
+            if timed_out {
+                self.times.timeouts += 1;
+            } else {
+                self.times.woken += 1;
+            }
         }
         self.disarm(ports);
         // After a timer wake-up the loop may sleep again at its next empty

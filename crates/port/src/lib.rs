@@ -4,8 +4,9 @@
 //! and out of one backend: 82599 queues, AF_XDP, AF_PACKET, TAP, pcap
 //! files, null/source/sink. Every command takes a port by its spec string
 //! ([`spec`]), opens it with [`open`] (or a [`Registry`] that also knows
-//! the hardware backends), and moves packets with [`fwd()`] or an agent
-//! handler through [`agent`].
+//! the hardware backends), and moves packets with the one queue-model
+//! loop ([`queue::QueueLoop`]): [`fwd()`] forwards with it, an agent
+//! handler runs on it through [`agent`].
 //!
 //! ```no_run
 //! use nfkit_port::{open, OpenOptions, PortSpec, fwd::{fwd, FwdOptions}};
@@ -43,6 +44,7 @@ pub mod netdev;
 pub mod null;
 pub mod open;
 pub mod pcap;
+pub mod queue;
 pub mod rate;
 pub mod spec;
 #[allow(unsafe_code)]

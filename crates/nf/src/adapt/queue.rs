@@ -1,4 +1,5 @@
-//! Form (b): an NF in the queue model, over any [`Port`]s.
+//! Form (b): an NF in the queue model, over any [`Port`]s: a handler of
+//! nfkit-port's one queue-model loop ([`QueueLoop`]).
 //!
 //! Each round receives one batch from every receive queue of every port,
 //! runs the NF on each packet in its pool buffer (offered whole, so the NF
@@ -16,37 +17,27 @@
 use std::time::Duration;
 
 use nfkit_port::agent::LoopStats;
-use nfkit_port::{Batch, PktBuf, Port};
+use nfkit_port::queue::{Outputs, QueueHandler, QueueLoop};
+use nfkit_port::{Batch, Port};
 
-use crate::verdict::{NetworkFunction, PortId, PortSet, Verdict};
+use crate::verdict::{NetworkFunction, PortSet, Verdict};
 
-/// The queue-model loop's buffers and counters (made once, here).
+/// An NF on the queue-model loop ([`QueueLoop`], the loop `fwd` runs
+/// too): the loop's buffers and counters, made once.
 pub struct QueueNf {
-    rx: Batch,
-    outs: Outputs,
-}
-
-/// Per-port output batches and the counters, apart from the receive
-/// batch so that packets can be drained from one into the other.
-struct Outputs {
-    out: Vec<Batch>,
-    stats: LoopStats,
+    lp: QueueLoop,
 }
 
 impl QueueNf {
     /// A loop for an NF with `ports` ports.
     pub fn new(ports: usize) -> QueueNf {
         QueueNf {
-            rx: Batch::new(),
-            outs: Outputs {
-                out: (0..ports).map(|_| Batch::new()).collect(),
-                stats: LoopStats::new(ports),
-            },
+            lp: QueueLoop::new(ports),
         }
     }
 
     pub fn stats(&self) -> &LoopStats {
-        &self.outs.stats
+        self.lp.stats()
     }
 
     /// One round: a batch from each receive queue of each port through
@@ -59,103 +50,52 @@ impl QueueNf {
         nf: &mut dyn NetworkFunction,
         now: Duration,
     ) -> usize {
-        let mut total = 0;
-        for input in 0..ports.len().min(self.outs.out.len()) {
-            for q in 0..ports[input].rx_queues() {
-                let n = ports[input].rx_batch(q, &mut self.rx);
-                if n == 0 {
-                    continue;
-                }
-                total += n;
-                self.outs.stats.received[input] += n as u64;
-                for mut pkt in self.rx.drain() {
-                    let len = pkt.len();
-                    // Offer the whole buffer; cannot fail, it is what the
-                    // buffer has.
-                    let _ = pkt.set_len(len + pkt.tailroom());
-                    let verdict = nf.process(pkt.data_mut(), len, input, now);
-                    self.outs.send(verdict, pkt, input, ports, q);
-                }
-                self.outs.flush_all(ports, q);
-            }
-        }
-        total
+        self.lp.poll(ports, &mut Nf { nf, now })
     }
 }
 
-impl Outputs {
-    /// Queue `pkt` (or copies of it) as `verdict` says.
-    #[inline(always)]
-    fn send<P: Port + ?Sized>(
-        &mut self,
-        verdict: Verdict,
-        mut pkt: PktBuf,
-        input: PortId,
-        ports: &mut [&mut P],
-        q: usize,
-    ) {
-        let (targets, len) = match verdict {
-            Verdict::Drop(_) => {
-                self.stats.discarded[input] += 1;
-                return;
+/// The NF as the loop's handler.
+struct Nf<'a> {
+    nf: &'a mut dyn NetworkFunction,
+    now: Duration,
+}
+
+impl QueueHandler for Nf<'_> {
+    #[inline]
+    fn handle(&mut self, input: usize, rx: &mut Batch, out: &mut Outputs) {
+        let count = out.ports();
+        for mut pkt in rx.drain() {
+            let len = pkt.len();
+            // Offer the whole buffer; cannot fail, it is what the buffer
+            // has.
+            let _ = pkt.set_len(len + pkt.tailroom());
+            let (targets, len) = match self.nf.process(pkt.data_mut(), len, input, self.now) {
+                Verdict::Drop(_) => {
+                    out.discard(input);
+                    continue;
+                }
+                Verdict::Forward { port, len } => (PortSet::EMPTY.with(port), len),
+                Verdict::Flood { ports, len } => (ports.without(input), len),
+            };
+            if targets.iter().any(|p| p >= count) {
+                out.unrouted();
             }
-            Verdict::Forward { port, len } => (PortSet::EMPTY.with(port), len),
-            Verdict::Flood { ports, len } => (ports.without(input), len),
-        };
-        let count = self.out.len();
-        if targets.iter().any(|p| p >= count) {
-            self.stats.unrouted += 1;
-        }
-        let mut targets = targets.iter().filter(|&p| p < count).peekable();
-        let fits = pkt.set_len(len).is_ok();
-        while let Some(p) = targets.next() {
-            self.stats.requested[p] += 1;
-            if !fits {
-                self.stats.dropped[p] += 1;
-            } else if targets.peek().is_none() {
-                // The last port gets the buffer itself.
-                self.enqueue(p, pkt, ports, q);
-                return;
-            } else {
-                match pkt.try_clone() {
-                    Some(copy) => self.enqueue(p, copy, ports, q),
-                    None => self.stats.dropped[p] += 1,
+            let mut targets = targets.iter().filter(|&p| p < count).peekable();
+            let fits = pkt.set_len(len).is_ok();
+            while let Some(p) = targets.next() {
+                if !fits {
+                    out.refuse(p);
+                } else if targets.peek().is_none() {
+                    // The last port gets the buffer itself.
+                    out.send(p, pkt);
+                    break;
+                } else {
+                    match pkt.try_clone() {
+                        Some(copy) => out.send(p, copy),
+                        None => out.refuse(p),
+                    }
                 }
             }
         }
-    }
-
-    #[inline(always)]
-    fn enqueue<P: Port + ?Sized>(&mut self, o: usize, pkt: PktBuf, ports: &mut [&mut P], q: usize) {
-        if self.out[o].is_full() {
-            self.flush(o, ports, q);
-        }
-        // Cannot be handed back: the batch was just flushed if full.
-        if self.out[o].push(pkt).is_some() {
-            self.stats.dropped[o] += 1;
-        }
-    }
-
-    fn flush_all<P: Port + ?Sized>(&mut self, ports: &mut [&mut P], q: usize) {
-        for o in 0..self.out.len() {
-            self.flush(o, ports, q);
-        }
-    }
-
-    #[inline]
-    fn flush<P: Port + ?Sized>(&mut self, o: usize, ports: &mut [&mut P], q: usize) {
-        if self.out[o].is_empty() {
-            return;
-        }
-        let left = |b: &Batch| b.len() as u64;
-        if let Some(port) = ports.get_mut(o) {
-            let txq = q % port.tx_queues().max(1);
-            self.stats.sent[o] += port.tx_batch(txq, &mut self.out[o]) as u64;
-            if !self.out[o].is_empty() {
-                port.tx_refused(txq, left(&self.out[o]));
-            }
-        }
-        self.stats.dropped[o] += left(&self.out[o]);
-        self.out[o].clear();
     }
 }
