@@ -18,6 +18,7 @@ mod devices;
 mod ixgbe;
 mod nfs;
 mod parsers;
+mod tunnels;
 
 pub use classifiers::{cbpf, classifiers};
 pub use daemon::daemon_requests;
@@ -27,6 +28,7 @@ pub use devices::{
 pub use ixgbe::ixgbe_hostile;
 pub use nfs::{nf_bridge, nf_firewall, nf_lb, nf_nat, nf_options, nf_policer, nf_router};
 pub use parsers::{nfk_config, packet_views, pcap_reader, port_spec};
+pub use tunnels::tunnels;
 
 /// A fuzz target: its name and what it does with an input.
 pub type Target = (&'static str, fn(&[u8]));
@@ -53,6 +55,7 @@ pub const TARGETS: &[Target] = &[
     ("classifiers", classifiers),
     ("cbpf", cbpf),
     ("daemon_requests", daemon_requests),
+    ("tunnels", tunnels),
 ];
 
 /// The target called `name`.
