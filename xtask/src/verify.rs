@@ -57,16 +57,18 @@ pub fn model_check() -> Result<()> {
 /// every branch outcome): prints, per data-path function of both models,
 /// the distinct sequences of branch outcomes per call beside TinyNF's
 /// published counts, and fails if they differ from the table in
-/// ARCHITECTURE.md. A debug build: only nfkit-ixgbe is rebuilt.
+/// ARCHITECTURE.md. A debug build of the workspace's feature set (what
+/// `cargo test --workspace` built), so only nfkit-ixgbe and the test are
+/// compiled again (`-p nfkit-ixgbe` alone resolves other features for
+/// libc, syn and more, and compiled their trees again).
 pub fn paths() -> Result<()> {
     run(
         "path counts: the data path's branch outcomes per call",
         cargo().args([
             "test",
-            "-p",
-            "nfkit-ixgbe",
+            "--workspace",
             "--features",
-            "paths",
+            "nfkit-ixgbe/paths",
             "--test",
             "paths",
             "--",

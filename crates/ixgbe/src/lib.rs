@@ -96,6 +96,8 @@ pub use agent::{
     round, run, slowest_head, Agent, AgentConfig, AgentStats, PacketHandler, BUFFER_SIZE,
     FLUSH_PERIOD, MAX_OUTPUTS, RECYCLE_PERIOD,
 };
+/// Offload metadata to and from the 82599's descriptor fields.
+pub use desc::offload as offload_desc;
 pub use device::{Device, DeviceConfig, DeviceStats, Link, QueueHwStats};
 pub use error::{InitError, Step};
 pub use init::InitReport;

@@ -28,6 +28,7 @@ mod ipv4;
 mod l4;
 mod layout;
 pub mod offload;
+pub mod offload_meta;
 #[cfg(feature = "proptest")]
 pub mod strategy;
 

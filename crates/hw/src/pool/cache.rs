@@ -110,7 +110,7 @@ impl PoolCache {
                 if !buf.pool.same(pool) {
                     break;
                 }
-                ids[len].write(buf.id);
+                ids[len].write(buf.id());
                 len += 1;
             }
             // SAFETY: the first `len` ids were written just above.

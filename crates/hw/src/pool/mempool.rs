@@ -2,6 +2,7 @@
 //! it, and the shared stack of free entry ids that keeps it alive while
 //! any id is out.
 
+use super::offload::Offload;
 use super::sync::{Arc, Mutex};
 use crate::dma::{DmaAllocator, DmaRegion};
 use crate::error::HwError;
@@ -27,6 +28,8 @@ pub(super) struct Inner {
     pub(super) device_addrs: Box<[u64]>,
     pub(super) free: Mutex<FreeStack>,
     pub(super) meta: Box<[UnsafeCell<[u8; META_SIZE]>]>,
+    /// Per-entry offload state, valid while the packet's flag says so.
+    pub(super) offload: Box<[UnsafeCell<Offload>]>,
     name: String,
 }
 
@@ -148,6 +151,9 @@ impl Mempool {
         let meta = (0..count)
             .map(|_| UnsafeCell::new([0u8; META_SIZE]))
             .collect();
+        let offload = (0..count)
+            .map(|_| UnsafeCell::new(Offload::default()))
+            .collect();
         Ok(Mempool {
             inner: Arc::new(Inner {
                 region,
@@ -157,6 +163,7 @@ impl Mempool {
                 device_addrs,
                 free,
                 meta,
+                offload,
                 name: name.to_string(),
             }),
         })

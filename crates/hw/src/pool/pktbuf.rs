@@ -1,6 +1,7 @@
 //! One packet in a pool entry, and taking one from the pool.
 
 use super::mempool::{give_back, IdArray, Mempool, HEADROOM, META_SIZE};
+use super::offload::Offload;
 use std::fmt;
 use std::mem::ManuallyDrop;
 
@@ -29,6 +30,10 @@ pub struct PktBuf {
     /// The pool, borrowed: no reference count (the pool's shared stack
     /// keeps it alive while this buffer is out, see `FreeStack`).
     pub(super) pool: ManuallyDrop<Mempool>,
+    /// The entry id, and in bit 31 ([`OFFLOAD_SET`]) whether the
+    /// entry's [`Offload`] slot holds this packet's state (pools have
+    /// fewer than 2^31 entries). A flag here rather than a store into
+    /// the slot: a packet without offload state costs nothing.
     pub(super) id: u32,
     /// Offset of the first data byte within the entry.
     pub(super) offset: u16,
@@ -39,11 +44,14 @@ impl fmt::Debug for PktBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PktBuf")
             .field("pool", &self.pool.name())
-            .field("id", &self.id)
+            .field("id", &self.id())
             .field("len", &self.len)
             .finish()
     }
 }
+
+/// Bit 31 of [`PktBuf::id`]: the packet has offload state.
+pub(super) const OFFLOAD_SET: u32 = 1 << 31;
 
 /// Error from resizing a packet beyond its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -56,14 +64,14 @@ pub struct NoRoom {
 impl PktBuf {
     #[inline(always)]
     fn entry_start(&self) -> usize {
-        (self.id as usize) << self.pool.inner.buf_shift
+        (self.id() as usize) << self.pool.inner.buf_shift
     }
 
     /// Give up ownership without returning the entry: the caller now
     /// owns `id`.
     #[inline(always)]
     pub(super) fn into_id(self) -> u32 {
-        ManuallyDrop::new(self).id
+        ManuallyDrop::new(self).id()
     }
 
     /// Start of the packet bytes, in memory.
@@ -83,8 +91,9 @@ impl PktBuf {
         &self.pool
     }
     /// Entry index within the pool.
+    #[inline(always)]
     pub fn id(&self) -> u32 {
-        self.id
+        self.id & !OFFLOAD_SET
     }
     #[inline(always)]
     pub fn len(&self) -> usize {
@@ -106,14 +115,14 @@ impl PktBuf {
     /// Device address of the first data byte.
     #[inline(always)]
     pub fn device_addr(&self) -> u64 {
-        self.pool.entry_device_addr(self.id) + self.offset as u64
+        self.pool.entry_device_addr(self.id()) + self.offset as u64
     }
 
     /// Device address where received data should land (start of the data
     /// room, after the default headroom).
     #[inline(always)]
     pub fn rx_device_addr(&self) -> u64 {
-        self.pool.entry_device_addr(self.id) + HEADROOM as u64
+        self.pool.entry_device_addr(self.id()) + HEADROOM as u64
     }
 
     /// The packet bytes.
@@ -207,7 +216,7 @@ impl PktBuf {
     #[inline(always)]
     pub fn metadata(&self) -> &[u8; META_SIZE] {
         // SAFETY: slot `id` belongs to this PktBuf alone (see Inner).
-        unsafe { &*self.pool.inner.meta[self.id as usize].get() }
+        unsafe { &*self.pool.inner.meta[self.id() as usize].get() }
     }
 
     /// Per-packet metadata, mutable.
@@ -215,7 +224,44 @@ impl PktBuf {
     pub fn metadata_mut(&mut self) -> &mut [u8; META_SIZE] {
         // SAFETY: slot `id` belongs to this PktBuf alone, and `&mut self`
         // excludes other references through it.
-        unsafe { &mut *self.pool.inner.meta[self.id as usize].get() }
+        unsafe { &mut *self.pool.inner.meta[self.id() as usize].get() }
+    }
+
+    /// This packet's offload state, if a port or module gave it one.
+    #[inline(always)]
+    pub fn offload(&self) -> Option<&Offload> {
+        if self.id & OFFLOAD_SET == 0 {
+            return None;
+        }
+        // SAFETY: slot `id` belongs to this PktBuf alone (see Inner).
+        Some(unsafe { &*self.pool.inner.offload[self.id() as usize].get() })
+    }
+
+    /// This packet's offload state, mutable, if it has one.
+    #[inline(always)]
+    pub fn offload_mut(&mut self) -> Option<&mut Offload> {
+        if self.id & OFFLOAD_SET == 0 {
+            return None;
+        }
+        // SAFETY: slot `id` belongs to this PktBuf alone, and `&mut self`
+        // excludes other references through it.
+        Some(unsafe { &mut *self.pool.inner.offload[self.id() as usize].get() })
+    }
+
+    /// Give this packet offload state (replacing any it had).
+    #[inline(always)]
+    pub fn set_offload(&mut self, o: Offload) {
+        // SAFETY: as in `offload_mut`.
+        unsafe { *self.pool.inner.offload[self.id() as usize].get() = o };
+        self.id |= OFFLOAD_SET;
+    }
+
+    /// Take this packet's offload state away (it has none afterwards).
+    #[inline(always)]
+    pub fn take_offload(&mut self) -> Option<Offload> {
+        let o = self.offload().copied();
+        self.id &= !OFFLOAD_SET;
+        o
     }
 
     /// Allocate a new buffer from the same pool holding a copy of this
@@ -224,12 +270,15 @@ impl PktBuf {
         let mut b = self.pool.alloc()?;
         b.copy_from(self.data()).ok()?;
         *b.metadata_mut() = *self.metadata();
+        if let Some(o) = self.offload() {
+            b.set_offload(*o);
+        }
         Some(b)
     }
 }
 
 impl Drop for PktBuf {
     fn drop(&mut self) {
-        give_back(&self.pool, &[self.id]);
+        give_back(&self.pool, &[self.id()]);
     }
 }

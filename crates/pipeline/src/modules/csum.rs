@@ -84,3 +84,41 @@ pub fn l4_csum_at(proto: u8) -> usize {
         6
     }
 }
+
+/// VXLAN's and Geneve's UDP ports, where the checksum modules look for
+/// an inner frame.
+pub const VXLAN_PORT: u16 = 4789;
+pub const GENEVE_PORT: u16 = 6081;
+
+/// Where the inner Ethernet frame of a tunnel starts: UDP to VXLAN's or
+/// Geneve's port, with a valid tunnel header (VXLAN: the I flag; Geneve:
+/// version 0, Ethernet, its options within the datagram) and a whole
+/// inner Ethernet header. `None` for anything else.
+pub fn inner(d: &[u8]) -> Option<usize> {
+    let (l4, len, proto, _) = l4(d)?;
+    if proto != 17 {
+        return None;
+    }
+    let th = l4 + 8;
+    let hl = match u16::from_be_bytes([d[l4 + 2], d[l4 + 3]]) {
+        VXLAN_PORT => (*d.get(th)? & 0x08 != 0).then_some(8)?,
+        GENEVE_PORT => {
+            let b0 = *d.get(th)?;
+            let proto = u16::from_be_bytes([*d.get(th + 2)?, *d.get(th + 3)?]);
+            (b0 >> 6 == 0 && proto == 0x6558).then_some(8 + usize::from(b0 & 0x3f) * 4)?
+        }
+        _ => return None,
+    };
+    let at = th + hl;
+    (at + 14 <= l4 + len).then_some(at)
+}
+
+/// What a checksum check found in one (outer or inner) packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    /// No such header here (not IPv4, not TCP/UDP).
+    Absent,
+    Good,
+    /// A wrong checksum, or a header cut short.
+    Bad,
+}

@@ -1,6 +1,11 @@
 //! PortOut / QueueOut: send input gate 0 on a port (on the queue of the
 //! running worker, or a fixed queue). Packets the port refuses (ring
 //! full) are dropped and counted here.
+//!
+//! Offload state a packet carries (checksums to fill in, a VLAN tag to
+//! insert; `nfkit_hw::pool::offload`) is done here in software before
+//! the port sees the packet; a packet whose state does not fit it, or
+//! asks for segmentation, is dropped and counted (`bad_offload`).
 
 use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
@@ -14,6 +19,8 @@ pub struct PortOut {
     queue: Option<usize>,
     /// The port's transmit queues (fixed when it was opened).
     tx_queues: usize,
+    /// Packets dropped for offload state software could not carry out.
+    bad_offload: u64,
 }
 
 impl PortOut {
@@ -23,6 +30,7 @@ impl PortOut {
             tx_queues: port.tx_queues().max(1),
             port,
             queue: None,
+            bad_offload: 0,
         }
     }
     /// Send on queue `queue` of `port` only (QueueOut).
@@ -31,6 +39,7 @@ impl PortOut {
             tx_queues: port.tx_queues().max(1),
             port,
             queue: Some(queue),
+            bad_offload: 0,
         }
     }
 }
@@ -63,11 +72,22 @@ impl Module for PortOut {
                 w % n
             }
         });
+        // One bit test per packet (the flag is in the buffer handle).
+        if batch.iter().any(|p| p.offload().is_some()) {
+            let before = batch.len();
+            batch.retain(|p| nfkit_packet::offload_meta::finish_in_software(p).is_ok());
+            let bad = (before - batch.len()) as u64;
+            self.bad_offload += bad;
+            ctx.count_dropped(bad);
+        }
         // The worker owns the queue: no lock. Buffered output (a capture
         // file) is flushed by the pipeline when it pauses.
         let sent = ctx.port_tx(0, q, batch);
         ctx.count_consumed(sent as u64);
         // What is left is dropped and counted by the caller.
+    }
+    fn extra_stats(&self) -> Vec<(&'static str, u64)> {
+        vec![("bad_offload", self.bad_offload)]
     }
 }
 

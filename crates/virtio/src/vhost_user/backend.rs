@@ -33,7 +33,8 @@ use nfkit_hw::{Batch, Mempool, PoolCache};
 use nfkit_port::{LinkStatus, Port, QueueStats};
 use parking_lot::Mutex;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -60,6 +61,9 @@ struct Vring {
     /// SET_VRING_BASE: the available index to start from.
     base: u16,
     call: Option<File>,
+    /// The frontend's kick eventfd: a loop that sleeps on this ring's
+    /// port queue waits on it (with notifications enabled only then).
+    kick: Option<File>,
     /// SET_VRING_KICK received: the ring is started.
     started: bool,
     /// SET_VRING_ENABLE(1), or implied without PROTOCOL_FEATURES.
@@ -78,6 +82,7 @@ impl Vring {
             addrs: None,
             base: 0,
             call: None,
+            kick: None,
             started: false,
             enabled: false,
             event_idx: false,
@@ -714,9 +719,10 @@ impl VhostUserBackendReqHandlerMut for Handler {
             Ok(VhostUserVringState::new(index, v.base as u32))
         })
     }
-    fn set_vring_kick(&mut self, index: u8, _fd: Option<File>) -> VuResult<()> {
-        // We poll the rings, so the kick eventfd is not read; receiving
-        // it starts the ring (vhost-user "Ring states").
+    fn set_vring_kick(&mut self, index: u8, fd: Option<File>) -> VuResult<()> {
+        // We poll the rings while busy and wait on the kick eventfd only
+        // when idle (`Port::rx_wake`); receiving it starts the ring
+        // (vhost-user "Ring states").
         let shared = self.shared.clone();
         self.with_ring(index as u32, |s, v| {
             let Some(mem) = s.mem.as_ref() else {
@@ -732,6 +738,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
                 return refuse(&shared, &format!("cannot start the ring: {e}"));
             }
             v.started = true;
+            v.kick = fd;
             Ok(())
         })
     }
@@ -932,6 +939,43 @@ impl Port for VhostUserBackend {
         sent
     }
 
+    /// The frontend's kick eventfd of its transmitq; a ring not running
+    /// (no frontend yet) has nothing to watch: the loop's bounded sleep
+    /// finds it once it runs.
+    fn rx_wake(&self, queue: usize) -> nfkit_port::RxWake {
+        let Some(ring) = self.shared.vrings.get(2 * queue + 1) else {
+            return nfkit_port::RxWake::Never;
+        };
+        let v = ring.lock();
+        match &v.kick {
+            Some(k) if v.live() => nfkit_port::RxWake::Fd(k.as_raw_fd()),
+            _ => nfkit_port::RxWake::Never,
+        }
+    }
+    fn rx_arm(&mut self, queue: usize) -> bool {
+        if let Some(ring) = self.shared.vrings.get(2 * queue + 1) {
+            if let Some(q) = ring.lock().queue.as_mut() {
+                q.enable_notify();
+            }
+        }
+        true
+    }
+    fn rx_disarm(&mut self, queue: usize) {
+        let Some(ring) = self.shared.vrings.get(2 * queue + 1) else {
+            return;
+        };
+        let mut v = ring.lock();
+        if let Some(q) = v.queue.as_mut() {
+            q.disable_notify();
+        }
+        // Reset the eventfd's count (read only when readable: the
+        // frontend's descriptor may be blocking).
+        if let Some(k) = &v.kick {
+            if nfkit_port::idle::readable_now(k.as_raw_fd()) {
+                let _ = (&*k).read(&mut [0u8; 8]);
+            }
+        }
+    }
     fn tx_refused(&mut self, queue: usize, n: u64) {
         if let Some(s) = self.stats.get_mut(queue) {
             s.tx_dropped += n;

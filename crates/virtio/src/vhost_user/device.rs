@@ -108,6 +108,30 @@ impl DeviceQueue {
         })
     }
 
+    /// Ask the driver to notify (kick) for buffers it makes available
+    /// from now on, before a loop sleeps (§2.7.10: used.flags 0; with
+    /// EVENT_IDX, `avail_event` = the next index we take, §2.7.10.2).
+    /// The full fence orders these stores before the caller's re-check
+    /// of `avail.idx`: the driver stores `avail.idx`, fences, then reads
+    /// them (§2.7.13.4), so either it sees the request or we see its
+    /// buffers.
+    pub fn enable_notify(&mut self) {
+        self.ring.set_used_flags(0);
+        if self.event_idx {
+            self.ring.set_avail_event(self.next_avail);
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Back to polling: no notifications (as [`DeviceQueue::start`]).
+    pub fn disable_notify(&mut self) {
+        self.ring.set_used_flags(ring::USED_F_NO_NOTIFY);
+        if self.event_idx {
+            self.ring
+                .set_avail_event(self.next_avail.wrapping_add(0x8000));
+        }
+    }
+
     /// The available index from which chains are still to be taken (what
     /// GET_VRING_BASE reports).
     pub fn next_avail(&self) -> u16 {

@@ -1,0 +1,347 @@
+//! Checksums over tunnels and offload metadata: IPChecksum and
+//! L4Checksum set and verify the inner headers of VXLAN and Geneve
+//! frames (exact bytes), `hw=1` leaves the work to the output port (done
+//! in software by PortOut for a port without the offload), and the
+//! properties of issue 18: encapsulate then decapsulate is the identity,
+//! computed checksums verify, a verifier accepts exactly the frames
+//! whose checksums are right (etherparse as the independent oracle).
+
+mod common;
+
+use common::{MemPort, Wire};
+use nfkit_packet::checksum::{checksum, l4_checksum};
+use nfkit_packet::{verify_checksums, FrameBuilder};
+use nfkit_pipeline::args::Args;
+use nfkit_pipeline::harness::Harness;
+use nfkit_pipeline::module::Module;
+use nfkit_pipeline::modules::{BuildEnv, Registry};
+use nfkit_pipeline::parse;
+use parking_lot::Mutex;
+use proptest::prelude::*;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+fn module(class: &str, args: &str) -> Box<dyn Module> {
+    let mut a: Args = parse(&format!("x::Sink()\nx.c({args})"), "t")
+        .unwrap()
+        .commands[0]
+        .args
+        .clone();
+    let env = BuildEnv {
+        ports: Default::default(),
+        pool: Harness::new().pool().clone(),
+    };
+    Registry::default()
+        .build(class, &mut a, &env)
+        .unwrap_or_else(|e| panic!("{class}({args}): {e}"))
+}
+
+fn inner_frame(tcp: bool, sport: u16, payload: &[u8]) -> Vec<u8> {
+    let (a, z) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    if tcp {
+        FrameBuilder::tcp((a, sport), (z, 80))
+            .payload(payload)
+            .build()
+    } else {
+        FrameBuilder::udp((a, sport), (z, 53))
+            .payload(payload)
+            .build()
+    }
+}
+
+/// `inner` in Ethernet, IPv4 (checksum right), UDP to `dport` (checksum
+/// 0) and the tunnel header.
+fn wrap(inner: &[u8], dport: u16, tunnel: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 0xbb, 2, 0, 0, 0, 0, 0xaa, 8, 0];
+    let total = (20 + 8 + tunnel.len() + inner.len()) as u16;
+    let mut iph = vec![0x45, 0];
+    iph.extend_from_slice(&total.to_be_bytes());
+    iph.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 192, 168, 0, 1, 192, 168, 0, 2]);
+    let c = checksum(&iph);
+    iph[10..12].copy_from_slice(&c.to_be_bytes());
+    f.extend_from_slice(&iph);
+    f.extend_from_slice(&0xc001u16.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&(total - 20).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(tunnel);
+    f.extend_from_slice(inner);
+    f
+}
+
+const VXLAN: [u8; 8] = [0x08, 0, 0, 0, 0, 0, 7, 0];
+/// Geneve with one 4-byte option (opt_len 1).
+const GENEVE: [u8; 12] = [0x01, 0, 0x65, 0x58, 0, 0, 7, 0, 0x01, 0x02, 0x03, 0];
+
+fn tunnels() -> [(u16, &'static [u8]); 2] {
+    [(4789, &VXLAN), (6081, &GENEVE)]
+}
+
+/// Inner checksums broken (IPv4 header and TCP/UDP), outer right.
+fn broken(inner: &[u8], dport: u16, tunnel: &[u8]) -> Vec<u8> {
+    let mut i = inner.to_vec();
+    i[14 + 10] ^= 0x11;
+    let n = i.len();
+    i[n - 1] ^= 0x22; // payload: the L4 checksum no longer matches
+    wrap(&i, dport, tunnel)
+}
+
+fn inner_of(f: &[u8], tunnel: &[u8]) -> Vec<u8> {
+    f[14 + 20 + 8 + tunnel.len()..].to_vec()
+}
+
+#[test]
+fn checksum_modules_set_and_verify_inner_headers_exactly() {
+    for (dport, tunnel) in tunnels() {
+        for tcp in [true, false] {
+            let good = inner_frame(tcp, 1000, b"inner bytes");
+            let bad = broken(&good, dport, tunnel);
+            let ok = wrap(&good, dport, tunnel);
+            // verify: the outer headers are right, the inner ones are not
+            for class in ["IPChecksum", "L4Checksum"] {
+                let out = Harness::new().run(
+                    &mut *module(class, "verify=1"),
+                    0,
+                    &[ok.clone(), bad.clone()],
+                );
+                assert_eq!(out[0], vec![ok.clone()], "{class} {dport}");
+                assert_eq!(out[1], vec![bad.clone()], "{class} {dport}");
+            }
+            // set: inner IPv4 header, then inner TCP/UDP, then the outer UDP
+            let mut h = Harness::new();
+            let ip = h.run(
+                &mut *module("IPChecksum", ""),
+                0,
+                std::slice::from_ref(&bad),
+            );
+            let mut want = bad.clone();
+            let at = 14 + 20 + 8 + tunnel.len();
+            want[at + 14..at + 34].copy_from_slice(&good[14..34]);
+            assert_eq!(ip[0], vec![want], "IPChecksum: the inner header only");
+            let l4 = h.run(&mut *module("L4Checksum", ""), 0, &ip[0]);
+            let f = &l4[0][0];
+            let mut want = ok.clone();
+            let n = want.len();
+            want[n - 1] ^= 0x22; // the payload as it came
+            let inner_want = {
+                let mut i = good.clone();
+                let k = i.len();
+                i[k - 1] ^= 0x22;
+                let (l4at, csum_at) = (34, if tcp { 16 } else { 6 });
+                i[l4at + csum_at..l4at + csum_at + 2].fill(0);
+                let c = l4_checksum(
+                    [10, 0, 0, 1],
+                    [10, 0, 0, 2],
+                    if tcp { 6 } else { 17 },
+                    &i[l4at..],
+                );
+                i[l4at + csum_at..l4at + csum_at + 2].copy_from_slice(&c.to_be_bytes());
+                i
+            };
+            want[at..].copy_from_slice(&inner_want);
+            let outer_udp = l4_checksum([192, 168, 0, 1], [192, 168, 0, 2], 17, &want[34..]);
+            want[40..42].copy_from_slice(&outer_udp.to_be_bytes());
+            assert_eq!(f, &want, "L4Checksum {dport} tcp={tcp}");
+            verify_checksums(f).unwrap();
+            verify_checksums(&inner_of(f, tunnel)).unwrap();
+        }
+    }
+}
+
+/// Run `chain` over a Source of `frame` into port `out`; what left, and
+/// the pipeline's PortOut statistics.
+fn run_chain(frame: &[u8], chain: &str) -> Vec<Vec<u8>> {
+    let bytes: Vec<String> = frame.iter().map(|b| b.to_string()).collect();
+    let src = format!(
+        "port out = \"out\"\nsrc::Source(size={}, burst=4, template=[{}])\n{chain}",
+        frame.len(),
+        bytes.join(",")
+    );
+    let wires: Mutex<Vec<Arc<Mutex<Wire>>>> = Mutex::new(Vec::new());
+    let mut p = parse(&src, "t.nfk")
+        .unwrap()
+        .build(&|spec| {
+            let mp = MemPort::new(spec, 1);
+            wires.lock().push(mp.wire.clone());
+            Ok(Box::new(mp) as Box<dyn nfkit_port::Port>)
+        })
+        .unwrap();
+    p.step(1).unwrap();
+    let w = wires.lock();
+    let out = w[0].lock().tx[0].clone();
+    out
+}
+
+/// With `hw=1` the modules only ask; the port cannot, so PortOut does
+/// it in software, and the result is the same bytes as without `hw`.
+#[test]
+fn hw_requests_are_done_by_port_out_when_the_port_cannot() {
+    for (dport, tunnel) in tunnels() {
+        let good = inner_frame(true, 1000, b"asked of the port");
+        let bad = broken(&good, dport, tunnel);
+        for plain in [bad.clone(), {
+            let mut f = good.clone();
+            f[24] ^= 0x40;
+            let n = f.len();
+            f[n - 2] ^= 1;
+            f
+        }] {
+            let soft = run_chain(
+                &plain,
+                "src -> IPChecksum() -> L4Checksum() -> PortOut(port=out)",
+            );
+            let hw = run_chain(
+                &plain,
+                "src -> IPChecksum(hw=1) -> L4Checksum(hw=1) -> PortOut(port=out)",
+            );
+            assert_eq!(soft.len(), 4);
+            for f in &hw {
+                verify_checksums(f).unwrap();
+                if f.len() > good.len() {
+                    verify_checksums(&inner_of(f, tunnel)).unwrap();
+                    // the inner headers are the port's to do; the outer
+                    // UDP checksum was left 0
+                    assert_eq!(&f[..40], &soft[0][..40]);
+                    assert_eq!(&f[42..], &soft[0][42..]);
+                } else {
+                    assert_eq!(f, &soft[0]);
+                }
+            }
+        }
+    }
+}
+
+/// Offload state that lies about the frame is dropped and counted.
+#[test]
+fn port_out_drops_offload_state_that_does_not_fit() {
+    use nfkit_hw::pool::offload::{self as ol, Gso, Offload, L3, L4};
+    let mut h = Harness::new();
+    let f = inner_frame(true, 1, b"x");
+    let mut lying = h.packet(&f);
+    lying.set_offload(Offload {
+        flags: ol::L4_CSUM,
+        l3: L3::Ipv4,
+        l4: L4::Tcp,
+        l2_len: 14,
+        l3_len: 20,
+        l4_len: 60, // past the end
+        ..Offload::default()
+    });
+    let mut tso = h.packet(&f);
+    tso.set_offload(Offload {
+        l3: L3::Ipv4,
+        l4: L4::Tcp,
+        gso: Gso::Tcp,
+        gso_size: 1000,
+        l2_len: 14,
+        l3_len: 20,
+        l4_len: 20,
+        ..Offload::default()
+    });
+    let port = MemPort::new("out", 1);
+    let wire = port.wire.clone();
+    let env = BuildEnv {
+        ports: [(
+            "out".to_string(),
+            nfkit_pipeline::ports::SharedPort::new(Box::new(port)),
+        )]
+        .into_iter()
+        .collect(),
+        pool: h.pool().clone(),
+    };
+    let mut a: Args = parse("x::Sink()\nx.c(port=out)", "t").unwrap().commands[0]
+        .args
+        .clone();
+    let mut m = Registry::default().build("PortOut", &mut a, &env).unwrap();
+    let plain = h.packet(&f);
+    let mut batch = nfkit_hw::Batch::new();
+    for p in [lying, tso, plain] {
+        assert!(batch.push(p).is_none());
+    }
+    let out = h.process(&mut *m, 0, batch);
+    drop(out);
+    assert_eq!(wire.lock().tx[0], vec![f]);
+    assert_eq!(m.extra_stats(), vec![("bad_offload", 2)]);
+}
+
+fn arb_inner() -> impl Strategy<Value = Vec<u8>> {
+    (
+        any::<bool>(),
+        any::<u16>(),
+        proptest::collection::vec(any::<u8>(), 0..300),
+    )
+        .prop_map(|(tcp, sport, payload)| inner_frame(tcp, sport, &payload))
+}
+
+/// Accepted by IPChecksum(verify=1) and L4Checksum(verify=1).
+fn accepted(f: &[u8]) -> bool {
+    let mut h = Harness::new();
+    let ip = h.run(&mut *module("IPChecksum", "verify=1"), 0, &[f.to_vec()]);
+    let l4 = h.run(&mut *module("L4Checksum", "verify=1"), 0, &[f.to_vec()]);
+    ip[0].len() == 1 && l4[0].len() == 1
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Computed checksums verify (by etherparse, outer and inner), and a
+    /// frame with one byte changed is accepted exactly when etherparse
+    /// finds its checksums right.
+    #[test]
+    fn computed_checksums_verify_and_verifiers_accept_exactly_right_frames(
+        inner in arb_inner(),
+        which in 0usize..3,
+        flip_at in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+    ) {
+        let frame = match which {
+            0 => inner.clone(),
+            1 => wrap(&inner, 4789, &VXLAN),
+            _ => wrap(&inner, 6081, &GENEVE),
+        };
+        let mut h = Harness::new();
+        let ip = h.run(&mut *module("IPChecksum", ""), 0, &[frame]);
+        let set = h.run(&mut *module("L4Checksum", ""), 0, &ip[0]);
+        let f = set[0][0].clone();
+        prop_assert!(verify_checksums(&f).is_ok());
+        let off = f.len() - inner.len();
+        prop_assert!(verify_checksums(&f[off..]).is_ok());
+        prop_assert!(accepted(&f));
+        // change one byte of the inner IPv4 addresses, its checksum, or
+        // after (not lengths or protocol: the frame stays what it was)
+        let inner_at = off + 14;
+        let candidates: Vec<usize> = (inner_at + 10..f.len()).collect();
+        let at = candidates[flip_at.index(candidates.len())];
+        let mut g = f.clone();
+        g[at] ^= flip;
+        let right = verify_checksums(&g).is_ok() && verify_checksums(&g[off..]).is_ok();
+        prop_assert_eq!(accepted(&g), right, "byte {} of {}", at, g.len());
+    }
+
+    /// Encapsulate then decapsulate is the identity (VXLAN, Geneve,
+    /// Generic), for any inner frame.
+    #[test]
+    fn encap_then_decap_is_the_identity(inner in arb_inner(), which in 0usize..3) {
+        let (enc, dec) = [
+            ("VXLANEncap()", "VXLANDecap()"),
+            ("GeneveEncap()", "GeneveDecap()"),
+            ("GenericEncap(fields=[(size=4, value=0x01020304)])", "GenericDecap(bytes=4)"),
+        ][which];
+        let chain = format!(
+            "src -> SetMetadata(attribute=tun_ip_src, size=4, value=0x0100a8c0)\n\
+             -> SetMetadata(attribute=tun_ip_dst, size=4, value=0x0200a8c0)\n\
+             -> SetMetadata(attribute=tun_id, size=4, value=0x56341200)\n\
+             -> SetMetadata(attribute=ether_src, size=6, value=0xaa0000000002)\n\
+             -> SetMetadata(attribute=ether_dst, size=6, value=0xbb0000000002)\n\
+             -> {enc} -> IPEncap() -> EtherEncap() -> L4Checksum() -> IPChecksum(verify=1)\n\
+             -> L4Checksum(verify=1) -> EtherDecap_{dec}"
+        );
+        let chain = if which == 2 {
+            format!("src -> {enc} -> {dec} -> PortOut(port=out)")
+        } else {
+            chain.replace("EtherDecap_", "").replace(dec, &format!("{dec} -> PortOut(port=out)"))
+        };
+        let back = run_chain(&inner, &chain);
+        prop_assert_eq!(back, vec![inner; 4]);
+    }
+}
