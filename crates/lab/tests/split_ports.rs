@@ -56,17 +56,6 @@ fn two_workers_on_two_queues_of_one_82599_forward_with_no_lock() {
     );
     let port = |n: &str| s.ports.iter().find(|(p, _)| p == n).unwrap().1;
     assert_eq!(port("p0").rx_packets, x.created + y.created);
-    let out: u64 = s
-        .modules
-        .iter()
-        .filter(|m| m.class == "QueueOut")
-        .map(|m| m.received())
-        .sum();
-    assert_eq!(
-        out,
-        x.created + y.created,
-        "every received packet reached an output"
-    );
     let outs = s.modules.iter().filter(|m| m.class == "QueueOut");
     let sent: u64 = outs.map(|m| m.consumed).sum();
     assert_eq!(
