@@ -69,6 +69,8 @@ pub struct Daemon {
     /// Requests served, for the log at exit.
     pub requests: u64,
     tsc_mhz: f64,
+    /// Gate hooks set over the service (TcpDump taps).
+    hooks: crate::hooks::Hooks,
 }
 
 fn now_secs() -> f64 {
@@ -251,6 +253,7 @@ impl Daemon {
             w0_adopted: false,
             requests: 0,
             tsc_mhz: tsc_mhz(),
+            hooks: Default::default(),
         })
     }
 
@@ -1410,4 +1413,79 @@ fn mac_str(m: [u8; 6]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+// ---- read-only views for the metrics endpoint (crate::metrics) ----
+
+impl Daemon {
+    /// Every counter of the pipeline: modules, gates, workers, classes.
+    pub fn pipeline_stats(&self) -> nfkit_pipeline::PipelineStats {
+        self.pipeline.stats()
+    }
+
+    /// Every port's counters as (name, driver, counters), read as
+    /// GetPortStats reads them: ports the workers hold are published by
+    /// them between two rounds (one request for all), without pausing.
+    pub fn port_counters(&mut self) -> Res<Vec<(String, String, nfkit_port::QueueStats)>> {
+        let in_use = self.modules.values().any(|m| m.port.is_some());
+        if in_use && !self.pipeline.publish_port_stats(PUBLISH_TIMEOUT) {
+            tracing::debug!("a worker did not publish port counters in time");
+        }
+        Ok(self
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), p.driver.clone(), p.port.stats()))
+            .collect())
+    }
+
+    /// The gate hooks set over the service.
+    pub fn hooks(&mut self) -> &mut crate::hooks::Hooks {
+        &mut self.hooks
+    }
+
+    /// The modules' names.
+    pub fn module_names(&self) -> Vec<String> {
+        self.modules.keys().cloned().collect()
+    }
+
+    /// That `module` has gate `gate` on side `dir`.
+    pub fn check_gate(
+        &self,
+        module: &str,
+        dir: nfkit_pipeline::hooks::GateDir,
+        gate: usize,
+    ) -> Res<()> {
+        let m = self.module(module)?;
+        let (have, side) = match dir {
+            nfkit_pipeline::hooks::GateDir::In => (m.igates, "input"),
+            nfkit_pipeline::hooks::GateDir::Out => (m.ogates, "output"),
+        };
+        if gate >= have {
+            return Err(Fail::inval(format!(
+                "module `{module}` ({}) has {have} {side} gate(s); gate {gate} does not exist",
+                m.class
+            )));
+        }
+        Ok(())
+    }
+
+    /// Set or remove the hook on one gate, between two batches.
+    pub fn set_gate_tap(
+        &mut self,
+        module: &str,
+        dir: nfkit_pipeline::hooks::GateDir,
+        gate: usize,
+        tap: Option<nfkit_pipeline::hooks::Tap>,
+    ) -> Res<()> {
+        let m = module.to_string();
+        self.edit(
+            move |g| g.set_gate_tap(&m, dir, gate, tap).map(|_| ()),
+            |_| {},
+        )
+    }
+
+    /// The daemon's packet buffer pool: (buffers, free buffers).
+    pub fn pool_occupancy(&self) -> (usize, usize) {
+        (self.pool.capacity(), self.pool.free_count())
+    }
 }

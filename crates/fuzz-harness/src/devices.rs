@@ -207,3 +207,148 @@ pub fn afpacket_ring(data: &[u8]) {
         }
     }
 }
+
+/// nfkit's AF_XDP data path (one socket's UMEM and fill, completion, RX
+/// and TX rings, [`nfkit_port::afxdp::queue::SocketRings`], over private
+/// memory) against a kernel that writes anything into them: RX
+/// descriptors and completion entries naming any address and length,
+/// producer and consumer indices that jump, wakeup flags; mixed with an
+/// honest kernel's steps (fill ring to RX ring, TX ring to completion
+/// ring) so that the rings also reach deep legitimate states. Every bad
+/// entry must be a counted error: no read outside the UMEM, no frame
+/// with two holders, every pool buffer back at the end.
+///
+/// The first byte picks the ring size (4, 8 or 16 slots) and checksum
+/// completion; each op is one byte, then its arguments:
+/// `0` RX descriptor `[slot][addr: 4][len: 2]` (op bit 7: address << 24),
+/// `1` completion entry `[slot][addr: 4]`, `2` a ring's producer
+/// `[ring][u32]`, `3` a ring's consumer `[ring][u32]`, `4` receive,
+/// `5` send `[count][len]`, `6` honest kernel `[count]`, `7` flags `[ring][u32]`.
+pub fn afxdp_ring(data: &[u8]) {
+    use nfkit_port::afxdp::queue::{Desc, SocketRings, FRAME};
+    use nfkit_port::open::software_pool;
+    use nfkit_port::Batch;
+    let Some((&cfg, mut ops)) = data.split_first() else {
+        return;
+    };
+    let ring = 4u32 << (cfg % 3);
+    let complete = cfg & 8 != 0;
+    let pool = software_pool("fuzz", 96).expect("pool");
+    let mut cache = pool.cache(32);
+    let mut q = SocketRings::anonymous(ring).expect("rings");
+    let mut batch = Batch::new();
+    let mut fill_data = 0u8;
+    let u32_at = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    while let Some((&op, rest)) = ops.split_first() {
+        let need = match op % 8 {
+            0 => 7,
+            1 | 2 | 3 | 7 => 5,
+            5 => 2,
+            6 => 1,
+            _ => 0,
+        };
+        if rest.len() < need {
+            break;
+        }
+        let (a, rest) = rest.split_at(need);
+        ops = rest;
+        let k = q.kernel();
+        match op % 8 {
+            0 => {
+                let mut addr = u64::from(u32_at(&a[1..]));
+                if op & 0x80 != 0 {
+                    addr <<= 24;
+                }
+                let len = u32::from(u16::from_le_bytes([a[5], a[6]]));
+                let d = Desc {
+                    addr,
+                    len,
+                    options: 0,
+                };
+                assert!(k.rx.kernel_write_slot(u32::from(a[0]), d));
+            }
+            1 => assert!(k
+                .comp
+                .kernel_write_slot(u32::from(a[0]), u64::from(u32_at(&a[1..])))),
+            2 | 3 | 7 => {
+                let v = u32_at(&a[1..]);
+                let set = |r: &nfkit_port::afxdp::ring::Ring<u64>| match op % 8 {
+                    2 => r.kernel_set_producer(v),
+                    3 => r.kernel_set_consumer(v),
+                    _ => r.kernel_set_flags(v),
+                };
+                let setd = |r: &nfkit_port::afxdp::ring::Ring<Desc>| match op % 8 {
+                    2 => r.kernel_set_producer(v),
+                    3 => r.kernel_set_consumer(v),
+                    _ => r.kernel_set_flags(v),
+                };
+                assert!(match a[0] % 4 {
+                    0 => set(&k.fill),
+                    1 => set(&k.comp),
+                    2 => setd(&k.rx),
+                    _ => setd(&k.tx),
+                });
+            }
+            4 => {
+                let before = batch.len();
+                let (n, _) = q.rx(&mut cache, &mut batch, complete);
+                assert_eq!(batch.len(), before + n);
+                // Forward half, drop the rest: buffers must come back.
+                if batch.len() > 16 {
+                    batch.clear();
+                }
+            }
+            5 => {
+                for _ in 0..a[0] % 8 {
+                    let Some(mut b) = cache.alloc() else { break };
+                    let len = 14 + usize::from(a[1]);
+                    if b.copy_from(&vec![fill_data; len]).is_ok() && batch.room() > 0 {
+                        batch.push(b);
+                    } else {
+                        cache.free(b);
+                    }
+                    fill_data = fill_data.wrapping_add(1);
+                }
+                let before = batch.len();
+                let n = q.tx(&mut batch);
+                assert_eq!(batch.len(), before - n);
+            }
+            _ => {
+                // An honest kernel: take fill entries and return them as
+                // received frames; take sent frames and complete them.
+                for _ in 0..a[0] % 16 {
+                    let (fp, fc) = k.fill.kernel_indices();
+                    let (rp, rc) = k.rx.kernel_indices();
+                    if fp != fc && rp.wrapping_sub(rc) < ring {
+                        let addr = k.fill.kernel_read_slot(fc).unwrap_or(0);
+                        let d = Desc {
+                            addr: addr + 256,
+                            len: 60,
+                            options: 0,
+                        };
+                        k.rx.kernel_write_slot(rp, d);
+                        k.rx.kernel_set_producer(rp.wrapping_add(1));
+                        k.fill.kernel_set_consumer(fc.wrapping_add(1));
+                    }
+                    let (tp, tc) = k.tx.kernel_indices();
+                    let (cp, cc) = k.comp.kernel_indices();
+                    if tp != tc && cp.wrapping_sub(cc) < ring {
+                        let d = k.tx.kernel_read_slot(tc).unwrap_or(Desc {
+                            addr: 0,
+                            len: 0,
+                            options: 0,
+                        });
+                        assert!(d.len as usize <= FRAME, "a TX descriptor past its frame");
+                        k.comp.kernel_write_slot(cp, d.addr);
+                        k.comp.kernel_set_producer(cp.wrapping_add(1));
+                        k.tx.kernel_set_consumer(tc.wrapping_add(1));
+                    }
+                }
+            }
+        }
+        assert!(q.frames_accounted(), "a frame with two holders, or none");
+    }
+    drop(batch);
+    drop(cache);
+    assert_eq!(pool.free_count(), pool.capacity(), "pool buffers lost");
+}

@@ -18,13 +18,17 @@ mod devices;
 mod ixgbe;
 mod nfs;
 mod parsers;
+mod tunnels;
 
 pub use classifiers::{cbpf, classifiers};
 pub use daemon::daemon_requests;
-pub use devices::{afpacket_ring, descriptor_chain, vhost_user_message, virtio_used_ring};
+pub use devices::{
+    afpacket_ring, afxdp_ring, descriptor_chain, vhost_user_message, virtio_used_ring,
+};
 pub use ixgbe::ixgbe_hostile;
 pub use nfs::{nf_bridge, nf_firewall, nf_lb, nf_nat, nf_options, nf_policer, nf_router};
 pub use parsers::{nfk_config, packet_views, pcap_reader, port_spec};
+pub use tunnels::tunnels;
 
 /// A fuzz target: its name and what it does with an input.
 pub type Target = (&'static str, fn(&[u8]));
@@ -45,11 +49,13 @@ pub const TARGETS: &[Target] = &[
     ("virtio_used_ring", virtio_used_ring),
     ("ixgbe_hostile", ixgbe_hostile),
     ("afpacket_ring", afpacket_ring),
+    ("afxdp_ring", afxdp_ring),
     ("vhost_user_message", vhost_user_message),
     ("descriptor_chain", descriptor_chain),
     ("classifiers", classifiers),
     ("cbpf", cbpf),
     ("daemon_requests", daemon_requests),
+    ("tunnels", tunnels),
 ];
 
 /// The target called `name`.

@@ -91,6 +91,16 @@ impl<B: Bar + 'static> RxQueue<B> {
                 pool.data_room()
             )));
         }
+        let need = nfkit_hw::pool::min_pool_for_rx_ring(ring_size);
+        if pool.capacity() < need {
+            return Err(InitError::Config(format!(
+                "pool `{}` has {} buffers; a {ring_size}-descriptor receive ring needs a pool of at least \
+                 {need} (the ring plus what the receive and transmit queues' caches may keep; \
+                 more for each further queue on the pool)",
+                pool.name(),
+                pool.capacity()
+            )));
+        }
         let claim = device.take_rx(q)?;
         let ring = desc::new_ring(device.dma(), ring_size)?;
         let bufs = RxBuffers::new(pool, ring_size).ok_or_else(|| {

@@ -454,3 +454,17 @@ fn small_pool_buffers_are_refused_with_a_fix() {
     let err = dev.rx_queue(0, &pool, RING).err().unwrap();
     assert!(err.to_string().contains("4096"), "{err}");
 }
+
+/// A pool too small for a receive ring and the queues' caches is refused
+/// at set-up, naming the smallest pool that works (512 + 4 x 64 = 768).
+#[test]
+fn a_pool_too_small_for_the_ring_and_caches_is_refused_naming_the_minimum() {
+    let mut bench = Bench::new(Mode::LockStep);
+    let nic = bench.nic(model(1));
+    let dev = bench.init(&nic, DeviceConfig::default()).unwrap();
+    let pool = Mempool::new(&*bench.dma, "tight", 700, 4096).unwrap();
+    let err = dev.rx_queue(0, &pool, RING).err().unwrap();
+    assert!(err.to_string().contains("at least 768"), "{err}");
+    let pool = Mempool::new(&*bench.dma, "enough", 768, 4096).unwrap();
+    assert!(dev.rx_queue(0, &pool, RING).is_ok());
+}

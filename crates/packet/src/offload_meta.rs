@@ -193,7 +193,8 @@ pub fn from_virtio_net_hdr(hdr: &[u8], frame: &[u8]) -> Result<Option<Offload>, 
         .ok_or(OffloadError::PastEnd)?;
     let rd = |at: usize| u16::from_le_bytes([h[at], h[at + 1]]);
     let (vflags, gso_type) = (h[0], h[1]);
-    if vflags & (VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID) == 0 && gso_type == VNET_GSO_NONE {
+    let asks_gso = gso_type & !VNET_GSO_ECN != VNET_GSO_NONE;
+    if vflags & (VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID) == 0 && !asks_gso {
         return Ok(None);
     }
     let mut o = describe(frame).ok_or(OffloadError::Mismatch)?;

@@ -6,6 +6,7 @@
 //! per worker.
 
 use crate::counters::{GateCounters, ModuleCounters};
+use crate::hooks::{GateDir, Tap};
 use crate::metadata::{assign_offsets_with, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
 use crate::ports::{Dir, Owners, QueueConflict};
@@ -100,6 +101,9 @@ pub(crate) struct Node {
     pub half_counters: Arc<ModuleCounters>,
     pub igate_counters: Vec<Arc<GateCounters>>,
     pub ogate_counters: Vec<Arc<GateCounters>>,
+    /// Gate hooks (`None`: no hook, the usual case).
+    pub igate_taps: Vec<Option<Tap>>,
+    pub ogate_taps: Vec<Option<Tap>>,
 }
 
 /// Which part of its module a slot runs.
@@ -130,6 +134,11 @@ impl Node {
             },
             igate_counters: self.igate_counters.clone().into(),
             ogate_counters: self.ogate_counters.clone().into(),
+            igate_taps: self.igate_taps.clone().into(),
+            ogate_taps: match part {
+                Part::InputHalf => vec![None; self.ogates.len()].into(),
+                Part::Whole | Part::TaskHalf => self.ogate_taps.clone().into(),
+            },
         }
     }
 }
@@ -216,6 +225,8 @@ impl Graph {
             half_counters: Arc::default(),
             igate_counters: (0..igates).map(|_| Arc::default()).collect(),
             ogate_counters: (0..ogates).map(|_| Arc::default()).collect(),
+            igate_taps: vec![None; igates],
+            ogate_taps: vec![None; ogates],
         }));
         self.names.insert(name.into(), id);
         Ok(id)
@@ -318,6 +329,33 @@ impl Graph {
             *g = None;
         }
         Ok(())
+    }
+
+    /// Set (or with `None` remove) the hook on one gate of `module`;
+    /// returns the hook it replaces. Applied at the next commit
+    /// ([`Pipeline::edit`](crate::Pipeline::edit)).
+    pub fn set_gate_tap(
+        &mut self,
+        module: &str,
+        dir: GateDir,
+        gate: usize,
+        tap: Option<Tap>,
+    ) -> Result<Option<Tap>, GraphError> {
+        let id = self.id(module)?;
+        let n = self.nodes[id].as_mut().expect("a module id names a node");
+        let (taps, dir_name) = match dir {
+            GateDir::In => (&mut n.igate_taps, "input"),
+            GateDir::Out => (&mut n.ogate_taps, "output"),
+        };
+        let have = taps.len();
+        let slot = taps.get_mut(gate).ok_or(GraphError::NoGate {
+            module: module.into(),
+            class: n.class,
+            dir: dir_name,
+            gate,
+            have,
+        })?;
+        Ok(std::mem::replace(slot, tap))
     }
 
     /// Where output gate `ogate` of `from` leads: (module, input gate).

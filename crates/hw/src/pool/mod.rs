@@ -49,7 +49,7 @@ pub use cache::PoolCache;
 pub use mempool::{Mempool, DEFAULT_BUF_SIZE, HEADROOM, META_SIZE};
 pub use offload::{Offload, OffloadError};
 pub use pktbuf::{NoRoom, PktBuf};
-pub use rings::{RxBuffers, TxBuffers};
+pub use rings::{min_pool_for_rx_ring, RxBuffers, TxBuffers, RING_CACHE};
 
 // The unit tests look at the pool handle's reference counts with std's
 // `Arc`; under loom, `tests/loom_pool.rs` checks the pool instead.

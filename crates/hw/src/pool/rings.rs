@@ -8,6 +8,27 @@ use super::pktbuf::PktBuf;
 use std::fmt;
 use std::mem::MaybeUninit;
 
+/// Ids each driver ring's cache keeps (it holds at most twice as many
+/// before spilling the excess to the shared stack), whatever the ring's
+/// size. Buffers in a cache that does not allocate (a transmit ring's,
+/// where sent buffers land) are out of everyone else's reach: a cache
+/// sized by the ring (up to 2 x 512 ids for a 512-slot ring) could keep
+/// every buffer a 1,536-buffer pool had beyond one 512-slot receive ring,
+/// and receiving then stopped for good (nothing left to send, so nothing
+/// to spill). With this size a cache keeps at most `2 * MAX_BATCH - 1`,
+/// and goes to the shared stack once per batch or so (refill or spill).
+pub const RING_CACHE: usize = MAX_BATCH;
+
+/// The fewest buffers a pool needs for a receive ring of `entries`
+/// descriptors: the ring, plus what the receive queue's cache and one
+/// transmit queue's cache can keep (each at most `2 * RING_CACHE`), so
+/// that freed buffers always reach the receive ring again. Several
+/// queues on one pool need the sum of theirs, and an NF that keeps
+/// packets needs those on top.
+pub const fn min_pool_for_rx_ring(entries: usize) -> usize {
+    entries + 4 * RING_CACHE
+}
+
 /// The buffers a receive ring lends to a device: one pool entry per
 /// descriptor, held as an id (a [`PktBuf`] is made only when a packet
 /// arrives in it), replaced from a [`PoolCache`] as packets are taken.
@@ -36,7 +57,7 @@ impl RxBuffers {
         if !entries.is_power_of_two() {
             return None;
         }
-        let mut cache = pool.cache(entries.max(MAX_BATCH * 2));
+        let mut cache = pool.cache(RING_CACHE);
         let mut ids = Vec::with_capacity(entries);
         for _ in 0..entries {
             match cache.alloc_id() {
@@ -209,7 +230,7 @@ impl TxBuffers {
             return None;
         }
         Some(TxBuffers {
-            cache: pool.cache(entries.max(MAX_BATCH * 2)),
+            cache: pool.cache(RING_CACHE),
             slots: (0..entries).map(|_| MaybeUninit::uninit()).collect(),
             mask: entries - 1,
             oldest: 0,

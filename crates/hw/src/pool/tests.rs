@@ -230,6 +230,40 @@ fn desc_ring_and_slots_check_their_shape_once() {
     assert!(DmaSlots::<2048>::new(dma.allocate(4096, false).unwrap(), 4).is_err());
 }
 
+/// A receive ring and a transmit ring of 512 on one pool of 1,536
+/// buffers, forwarding: everything received is sent, and everything sent
+/// is freed into the transmit ring's cache. Caches sized by the ring kept
+/// up to 1,023 sent buffers there, and receiving stopped for good once
+/// the pool's other 1,024 were in that cache; caches of `RING_CACHE` keep
+/// at most `2 * RING_CACHE - 1`, so the ring is always refilled.
+#[test]
+fn forwarding_through_two_rings_never_strands_the_pool_in_a_cache() {
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "fwd", 1536, 2048).unwrap();
+    assert!(pool.capacity() >= min_pool_for_rx_ring(512));
+    let mut rx = RxBuffers::new(&pool, 512).unwrap();
+    let mut tx = TxBuffers::new(&pool, 512).unwrap();
+    let mut batch = Batch::new();
+    let lens = [60u16; MAX_BATCH];
+    let mut fresh = [0u64; MAX_BATCH];
+    let mut next = 0;
+    for round in 0..2000 {
+        let n = rx.take_bulk(next, &lens, &mut batch, &mut fresh);
+        assert_eq!(
+            n, MAX_BATCH,
+            "round {round}: the receive ring got no fresh buffers"
+        );
+        next += n;
+        tx.hold_front(&mut batch, n);
+        // The device sends a whole ring at a time.
+        if tx.held() > 512 - MAX_BATCH {
+            tx.free_oldest(tx.held());
+        }
+    }
+    drop((rx, tx));
+    assert_eq!(pool.free_count(), 1536);
+}
+
 #[test]
 fn offload_state_lives_and_dies_with_its_packet() {
     let dma = SimDma::new();

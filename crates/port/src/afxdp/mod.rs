@@ -70,6 +70,7 @@
 //! of the cycles, so neither side can pull far ahead of the other here.
 
 pub mod prog;
+pub mod queue;
 #[allow(unsafe_code)]
 pub mod ring;
 
@@ -78,12 +79,11 @@ use crate::open::{software_pool, OpenOptions};
 use crate::spec::{AfXdpSpec, XdpAttach, XdpMode};
 use crate::{sys, Batch, Mempool, Port, PortError, QueueStats};
 use nfkit_hw::PoolCache;
+use queue::{FourRings, SocketRings, FRAME};
 use ring::{Ring, Umem};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-/// UMEM frame size.
-const FRAME: usize = 2048;
 /// Buffers the port's receive cache holds (two full batches).
 const RX_CACHE: usize = 2 * nfkit_hw::pool::MAX_BATCH;
 /// Ring slots when the spec does not say (`ring=SLOTS`).
@@ -95,20 +95,10 @@ const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 /// 32 frames and answers EAGAIN when more are waiting.
 const MAX_KICKS: usize = 8;
 
-type Desc = libc::xdp_desc;
-
 struct XskQueue {
     fd: OwnedFd,
-    umem: Umem,
-    fill: Ring<u64>,
-    comp: Ring<u64>,
-    rx: Ring<Desc>,
-    tx: Ring<Desc>,
-    /// TX frames not on any ring.
-    free_tx: Vec<u64>,
-    /// Slots per ring.
-    ring: u32,
-    stats: QueueStats,
+    /// The data path: UMEM, rings and frame holders ([`queue`]).
+    rings: SocketRings,
 }
 
 /// How long a bind that finds the queue busy is retried.
@@ -388,7 +378,7 @@ impl XskQueue {
         };
         sys::getsockopt(s, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off)
             .map_err(at("XDP_MMAP_OFFSETS"))?;
-        let mut q = XskQueue {
+        let rings = FourRings {
             fill: Ring::map(s, &off.fr, ring, libc::XDP_UMEM_PGOFF_FILL_RING)
                 .map_err(at("fill ring mapping"))?,
             comp: Ring::map(s, &off.cr, ring, libc::XDP_UMEM_PGOFF_COMPLETION_RING)
@@ -397,18 +387,12 @@ impl XskQueue {
                 .map_err(at("RX ring mapping"))?,
             tx: Ring::map(s, &off.tx, ring, libc::XDP_PGOFF_TX_RING as u64)
                 .map_err(at("TX ring mapping"))?,
-            free_tx: (ring as usize..frames)
-                .map(|f| (f * FRAME) as u64)
-                .collect(),
-            umem,
-            fd,
-            ring,
-            stats: QueueStats::default(),
         };
-        for f in 0..ring as usize {
-            q.fill.push((f * FRAME) as u64);
-        }
-        q.fill.submit();
+        // Puts every receive frame on the fill ring.
+        let q = XskQueue {
+            rings: SocketRings::new(ring, rings, umem),
+            fd,
+        };
         let mode = if zero_copy {
             libc::XDP_ZEROCOPY
         } else {
@@ -446,94 +430,19 @@ impl XskQueue {
         Ok(q)
     }
 
-    /// `complete`: finish TCP/UDP checksums the sender left partial (copy
-    /// mode, where the kernel does not tell; see
-    /// [`nfkit_packet::offload::complete_if_partial`]).
     fn rx(&mut self, cache: &mut PoolCache, batch: &mut Batch, complete: bool) -> usize {
-        let avail = self.rx.available().min(batch.room() as u32);
-        let mut taken = 0;
-        let mut n = 0;
-        while taken < avail {
-            let d = self.rx.peek(taken);
-            let Some(mut b) = cache.alloc() else { break };
-            taken += 1;
-            match self.umem.read(d.addr, d.len as usize) {
-                Some(data) if b.copy_from(data).is_ok() => {
-                    self.stats.rx_bytes += data.len() as u64;
-                    if complete {
-                        nfkit_packet::offload::complete_if_partial(b.data_mut());
-                    }
-                    batch.push(b);
-                    n += 1;
-                }
-                _ => {
-                    self.stats.rx_errors += 1;
-                    cache.free(b);
-                }
-            }
-            // Aligned mode: the frame is the address rounded down.
-            self.fill.push(d.addr & !(FRAME as u64 - 1));
+        let (n, wake) = self.rings.rx(cache, batch, complete);
+        if wake {
+            let _ = sys::recv(self.fd.as_fd(), &mut []);
         }
-        if taken > 0 {
-            self.rx.release(taken);
-            self.fill.submit();
-            if self.fill.needs_wakeup() {
-                let _ = sys::recv(self.fd.as_fd(), &mut []);
-            }
-        }
-        self.stats.rx_packets += n as u64;
         n
-    }
-
-    /// Move completed TX frames back to the free list.
-    fn reclaim(&mut self) {
-        let done = self.comp.available();
-        for i in 0..done {
-            self.free_tx.push(self.comp.peek(i) & !(FRAME as u64 - 1));
-        }
-        self.comp.release(done);
-    }
-
-    fn tx(&mut self, batch: &mut Batch) -> usize {
-        self.reclaim();
-        let n = batch
-            .len()
-            .min(self.free_tx.len())
-            .min(self.tx.free() as usize);
-        for b in batch.drain_front(n) {
-            // Cannot fail: a free frame was counted above, and a pool
-            // buffer (at most 1920 bytes) fits a 2048-byte frame.
-            let Some(addr) = self.free_tx.pop() else {
-                break;
-            };
-            let Some(frame) = self.umem.write(addr, b.len()) else {
-                self.free_tx.push(addr);
-                self.stats.tx_errors += 1;
-                continue;
-            };
-            frame.copy_from_slice(b.data());
-            self.tx.push(Desc {
-                addr,
-                len: b.len() as u32,
-                options: 0,
-            });
-            self.stats.tx_packets += 1;
-            self.stats.tx_bytes += b.len() as u64;
-        }
-        self.tx.submit();
-        n
-    }
-
-    /// Frames on the TX ring the kernel has not taken yet.
-    fn tx_pending(&self) -> bool {
-        self.tx.free() < self.ring
     }
 
     /// Make the kernel send what is on the TX ring: a `sendto` per
     /// up-to-32 frames in copy mode; only when asked in zero-copy mode.
     fn kick(&mut self, zero_copy: bool) -> Result<(), io::Error> {
         for _ in 0..MAX_KICKS {
-            if zero_copy && !self.tx.needs_wakeup() {
+            if zero_copy && !self.rings.tx_needs_wakeup() {
                 return Ok(());
             }
             match sys::kick_tx(self.fd.as_fd()) {
@@ -545,7 +454,7 @@ impl XskQueue {
                     ) => {}
                 Err(e) => return Err(e),
             }
-            if !self.tx_pending() {
+            if !self.rings.tx_pending() {
                 break;
             }
         }
@@ -588,7 +497,7 @@ impl Port for AfXdpPort {
             return 0;
         };
         // Keep earlier sends moving even when nothing new is sent.
-        if q.tx_pending() {
+        if q.rings.tx_pending() {
             if let Err(e) = q.kick(zc) {
                 self.error.get_or_insert(PortError::os(
                     &self.name,
@@ -605,7 +514,7 @@ impl Port for AfXdpPort {
         let Some(q) = self.queues.get_mut(queue) else {
             return 0;
         };
-        let n = q.tx(batch);
+        let n = q.rings.tx(batch);
         if let Err(e) = q.kick(zc) {
             self.error.get_or_insert(PortError::os(
                 &self.name,
@@ -618,7 +527,7 @@ impl Port for AfXdpPort {
 
     fn tx_refused(&mut self, queue: usize, n: u64) {
         if let Some(q) = self.queues.get_mut(queue) {
-            q.stats.tx_dropped += n;
+            q.rings.stats.tx_dropped += n;
         }
     }
 
@@ -626,7 +535,7 @@ impl Port for AfXdpPort {
         let Some(q) = self.queues.get(queue) else {
             return QueueStats::default();
         };
-        let mut s = q.stats;
+        let mut s = q.rings.stats;
         let mut k = libc::xdp_statistics {
             rx_dropped: 0,
             rx_invalid_descs: 0,

@@ -11,8 +11,17 @@
 //! rings; the kernel does the opposite. Frames are owned by whoever holds
 //! their address: we only touch a frame's bytes between taking it off the
 //! RX or completion ring and putting it on the fill or TX ring.
+//!
+//! The kernel is trusted with nothing it writes here: an index that
+//! claims more filled slots than the ring has, or a consumer index that
+//! runs ahead of what we produced, is clamped (and counted in
+//! [`Ring::bad_indices`]); what the slots say is checked by the caller
+//! ([`super::queue`]). [`Ring::anonymous`] rings have no socket behind
+//! them: a test or fuzz target plays the kernel through the `kernel_*`
+//! methods.
 
 use nfkit_hw::linux::Mapping;
+use std::cell::Cell;
 use std::io;
 use std::marker::PhantomData;
 use std::os::fd::BorrowedFd;
@@ -76,8 +85,21 @@ pub struct Ring<T> {
     /// Our own index (producer or consumer, by ring direction), ahead of
     /// what we published until `submit`/`release`.
     local: u32,
+    /// Times the kernel's index was out of range (clamped).
+    bad: Cell<u64>,
+    /// Private memory, no socket ([`Ring::anonymous`]).
+    anonymous: bool,
     _t: PhantomData<T>,
 }
+
+/// Where [`Ring::anonymous`] puts the index words and the slots (each
+/// index on its own cache line, as the kernel lays them out).
+const ANON_OFFSETS: libc::xdp_ring_offset = libc::xdp_ring_offset {
+    producer: 0,
+    consumer: 64,
+    flags: 128,
+    desc: 192,
+};
 
 // SAFETY: the mapping is owned by the ring; the index words are shared
 // with the kernel only through atomics.
@@ -92,11 +114,40 @@ impl<T: Copy> Ring<T> {
         entries: u32,
         pgoff: u64,
     ) -> io::Result<Ring<T>> {
-        let len = off.desc as usize + entries as usize * std::mem::size_of::<T>();
-        let map = Mapping::file(fd, len, pgoff)?;
+        let map = Mapping::file(fd, Self::bytes(off, entries)?, pgoff)?;
+        Self::over(map, off, entries, false)
+    }
+
+    /// A ring of `entries` slots (a power of two) in private anonymous
+    /// memory, with no socket: the kernel's side is played through
+    /// [`Ring::kernel_set_producer`] and the other `kernel_*` methods.
+    pub fn anonymous(entries: u32) -> io::Result<Ring<T>> {
+        let map = Mapping::anonymous(Self::bytes(&ANON_OFFSETS, entries)?)?;
+        Self::over(map, &ANON_OFFSETS, entries, true)
+    }
+
+    fn bytes(off: &libc::xdp_ring_offset, entries: u32) -> io::Result<usize> {
+        let words = [off.producer, off.consumer, off.flags];
+        let aligned = words.iter().all(|o| o.is_multiple_of(4))
+            && off.desc.is_multiple_of(std::mem::align_of::<T>() as u64);
+        if !entries.is_power_of_two() || !aligned {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let slots = entries as u64 * std::mem::size_of::<T>() as u64;
+        let end = words.iter().map(|o| o + 4).max().unwrap_or(0);
+        usize::try_from(end.max(off.desc + slots))
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+    }
+
+    fn over(
+        map: Mapping,
+        off: &libc::xdp_ring_offset,
+        entries: u32,
+        anonymous: bool,
+    ) -> io::Result<Ring<T>> {
         let at = |o: u64| -> NonNull<u8> {
-            // SAFETY: the kernel's offsets lie inside the ring it sized for
-            // `entries` slots, which is `len` bytes.
+            // SAFETY: `bytes` sized the mapping to hold every index word
+            // and the `entries` slots at these offsets, suitably aligned.
             unsafe { NonNull::new_unchecked(map.ptr().as_ptr().add(o as usize)) }
         };
         let ring = Ring {
@@ -106,6 +157,8 @@ impl<T: Copy> Ring<T> {
             slots: at(off.desc).cast(),
             mask: entries - 1,
             local: 0,
+            bad: Cell::new(0),
+            anonymous,
             _map: map,
             _t: PhantomData,
         };
@@ -119,6 +172,20 @@ impl<T: Copy> Ring<T> {
         unsafe { p.as_ref() }
     }
 
+    /// Slots in the ring.
+    pub fn entries(&self) -> u32 {
+        self.mask + 1
+    }
+
+    /// Times an index the kernel wrote was out of range.
+    pub fn bad_indices(&self) -> u64 {
+        self.bad.get()
+    }
+
+    fn out_of_range(&self) {
+        self.bad.set(self.bad.get() + 1);
+    }
+
     /// Whether the kernel asks for a wakeup (`XDP_RING_NEED_WAKEUP`).
     pub fn needs_wakeup(&self) -> bool {
         self.index(self.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
@@ -126,13 +193,22 @@ impl<T: Copy> Ring<T> {
 
     // --- rings we produce on (fill, TX) ---
 
-    /// Free slots.
+    /// Free slots: none if the kernel's consumer index is not between
+    /// our producer index minus the ring size and our producer index (it
+    /// claims to have consumed slots we never produced).
     pub fn free(&self) -> u32 {
         let cons = self.index(self.consumer).load(Ordering::Acquire);
-        (self.mask + 1) - self.local.wrapping_sub(cons)
+        let used = self.local.wrapping_sub(cons);
+        if used > self.mask + 1 {
+            self.out_of_range();
+            return 0;
+        }
+        (self.mask + 1) - used
     }
 
-    /// Write the next slot; the caller checked `free() > 0`.
+    /// Write the next slot; the caller checked `free() > 0` (a push past
+    /// that overwrites a slot the kernel may still read: wrong, but
+    /// inside the ring).
     pub fn push(&mut self, v: T) {
         let i = (self.local & self.mask) as usize;
         // SAFETY: i <= mask, inside the slot array; the slot is free (the
@@ -149,10 +225,17 @@ impl<T: Copy> Ring<T> {
 
     // --- rings we consume (RX, completion) ---
 
-    /// Slots the kernel has filled and we have not released.
+    /// Slots the kernel has filled and we have not released, at most the
+    /// ring size (a producer index further ahead, or behind us, is
+    /// clamped to a full ring: every slot is then read, each checked).
     pub fn available(&self) -> u32 {
         let prod = self.index(self.producer).load(Ordering::Acquire);
-        prod.wrapping_sub(self.local)
+        let n = prod.wrapping_sub(self.local);
+        if n > self.mask + 1 {
+            self.out_of_range();
+            return self.mask + 1;
+        }
+        n
     }
 
     /// Read the `i`-th available slot; the caller checked `i < available()`.
@@ -169,5 +252,62 @@ impl<T: Copy> Ring<T> {
         self.local = self.local.wrapping_add(n);
         self.index(self.consumer)
             .store(self.local, Ordering::Release);
+    }
+
+    // --- the kernel's side, for anonymous rings (tests, fuzzing) ---
+
+    /// Write the producer index as the kernel would (RX and completion
+    /// rings: publishes slots; fill and TX rings: a hostile kernel).
+    /// False (nothing written) on a ring mapped from a socket.
+    pub fn kernel_set_producer(&self, v: u32) -> bool {
+        self.anonymous && {
+            self.index(self.producer).store(v, Ordering::Release);
+            true
+        }
+    }
+
+    /// Write the consumer index as the kernel would (fill and TX rings).
+    pub fn kernel_set_consumer(&self, v: u32) -> bool {
+        self.anonymous && {
+            self.index(self.consumer).store(v, Ordering::Release);
+            true
+        }
+    }
+
+    /// Write the flags word (`XDP_RING_NEED_WAKEUP`).
+    pub fn kernel_set_flags(&self, v: u32) -> bool {
+        self.anonymous && {
+            self.index(self.flags).store(v, Ordering::Relaxed);
+            true
+        }
+    }
+
+    /// The producer and consumer index words as the kernel reads them.
+    pub fn kernel_indices(&self) -> (u32, u32) {
+        (
+            self.index(self.producer).load(Ordering::Acquire),
+            self.index(self.consumer).load(Ordering::Acquire),
+        )
+    }
+
+    /// Read slot `i` (modulo the ring size) as the kernel would; `None`
+    /// on a ring mapped from a socket.
+    pub fn kernel_read_slot(&self, i: u32) -> Option<T> {
+        // SAFETY: masked, inside the slot array of private memory; slots
+        // are plain `Copy` data that any bytes make valid (u64 or
+        // `xdp_desc`), and only `&mut self` methods write them.
+        self.anonymous
+            .then(|| unsafe { self.slots.as_ptr().add((i & self.mask) as usize).read() })
+    }
+
+    /// Write slot `i` (taken modulo the ring size) as the kernel would.
+    pub fn kernel_write_slot(&mut self, i: u32, v: T) -> bool {
+        if !self.anonymous {
+            return false;
+        }
+        // SAFETY: masked, inside the slot array of private memory that no
+        // kernel and no other borrow (`&mut self`) accesses.
+        unsafe { self.slots.as_ptr().add((i & self.mask) as usize).write(v) };
+        true
     }
 }
