@@ -48,6 +48,10 @@ const DEBIAN_PACKAGES: &[(&str, &str)] = &[
         "fonts-dejavu-core",
     ),
     ("tshark", "tshark"),
+    // the daemon's --metrics test scrapes it with a real Prometheus server
+    ("prometheus", "prometheus"),
+    // `nfkit ctl monitor` is checked on a terminal (tmux capture-pane)
+    ("tmux", "tmux"),
     ("traceroute", "traceroute"),
     ("valgrind", "valgrind"),
     ("qemu-system-x86_64", "qemu-system-x86"),

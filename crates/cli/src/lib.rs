@@ -4,5 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod ctl;
 pub mod nf;
 pub mod print;

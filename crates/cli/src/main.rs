@@ -132,7 +132,30 @@ enum Cmd {
         /// Largest request accepted, in bytes.
         #[arg(long, default_value_t = nfkit_lab::daemon::DEFAULT_MAX_REQUEST)]
         max_request: usize,
+        /// A .nfk file whose pipeline is built before serving (an error
+        /// names its line and the daemon does not start).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        /// Serve Prometheus metrics at http://HOST:PORT/metrics (loopback
+        /// only unless --allow-remote).
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics: Option<String>,
     },
+    /// Drive a running `nfkit daemon` in bessctl's habits: show, add,
+    /// connect, command, run, monitor, daemon reset|stop.
+    Ctl {
+        /// The daemon's Unix socket (default: the daemon's default).
+        #[arg(long, global = true)]
+        socket: Option<std::path::PathBuf>,
+        /// Talk to the daemon over TCP HOST:PORT (its --grpc-url) instead.
+        #[arg(long, global = true, conflicts_with = "socket")]
+        grpc_url: Option<String>,
+        #[command(subcommand)]
+        cmd: nfkit::ctl::CtlCmd,
+    },
+    /// Print a shell completion script: `nfkit completions bash >
+    /// /etc/bash_completion.d/nfkit` (also zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
     /// Check this machine for hugepages, IOMMU/VFIO, device bindings and
     /// permissions, and print the fixes.
     Doctor,
@@ -232,13 +255,26 @@ fn main() -> Result<()> {
             grpc_url,
             allow_remote,
             max_request,
+            config,
+            metrics,
         } => nfkit_lab::daemon::run(nfkit_lab::daemon::Options {
             socket,
             grpc_url,
             allow_remote,
             max_request,
+            config,
+            metrics,
             ..Default::default()
         })?,
+        Cmd::Ctl {
+            socket,
+            grpc_url,
+            cmd,
+        } => nfkit::ctl::run(nfkit_ctl::Target::new(socket, grpc_url), cmd)?,
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "nfkit", &mut std::io::stdout());
+        }
         Cmd::Doctor => {
             use nfkit_lab::doctor::{checks, failures, report, System};
             let checks = checks(&System::live());

@@ -28,7 +28,10 @@
 pub mod dispatch;
 pub mod drivers;
 pub mod error;
+pub mod hooks;
 pub mod mclass;
+#[cfg(feature = "grpc")]
+pub mod metrics;
 pub mod reflect;
 #[cfg(feature = "grpc")]
 pub mod service;
@@ -69,6 +72,11 @@ pub struct Options {
     pub max_request: usize,
     /// Worker threads of the control plane's runtime.
     pub control_threads: usize,
+    /// A `.nfk` file whose pipeline is built before serving.
+    pub config: Option<PathBuf>,
+    /// Serve Prometheus metrics on `HOST:PORT` ([`metrics`]; loopback
+    /// only unless `allow_remote`).
+    pub metrics: Option<String>,
 }
 
 impl Default for Options {
@@ -79,6 +87,8 @@ impl Default for Options {
             allow_remote: false,
             max_request: DEFAULT_MAX_REQUEST,
             control_threads: 2,
+            config: None,
+            metrics: None,
         }
     }
 }
@@ -171,6 +181,14 @@ async fn serve(
         }
         None => None,
     };
+    let metrics_listener = match &opts.metrics {
+        Some(addr) => Some(
+            metrics::bind(addr, opts.allow_remote)
+                .await
+                .map_err(StartError::Listen)?,
+        ),
+        None => None,
+    };
     let unix = tokio::net::UnixListener::bind(&path)
         .map_err(|e| StartError::Listen(format!("cannot listen on {}: {e}", path.display())))?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))
@@ -178,7 +196,16 @@ async fn serve(
     // From here on the socket is ours: remove it whatever happens.
     let _guard = RemoveOnDrop(path.clone());
 
-    let daemon = Daemon::new(open).map_err(StartError::Daemon)?;
+    let mut daemon = Daemon::new(open).map_err(StartError::Daemon)?;
+    if let Some(file) = &opts.config {
+        let src = std::fs::read_to_string(file).map_err(|e| {
+            StartError::Daemon(Fail::noent(format!("cannot read {}: {e}", file.display())))
+        })?;
+        daemon
+            .load_config(&file.display().to_string(), &src)
+            .map_err(StartError::Daemon)?;
+        tracing::info!(config = %file.display(), "pipeline loaded");
+    }
     let kill = Arc::new(Notify::new());
     let svc = service::Service {
         daemon: Arc::new(Mutex::new(daemon)),
@@ -209,6 +236,19 @@ async fn serve(
             .add_service(server())
             .serve_with_incoming_shutdown(TcpListenerStream::new(l), stopped(&stop_tx));
         tasks.push(tokio::spawn(srv));
+    }
+    if let Some(l) = metrics_listener {
+        let addr = l
+            .local_addr()
+            .map_err(|e| StartError::Listen(e.to_string()))?;
+        ready(&format!("metrics:http://{addr}/metrics"));
+        tasks.push(tokio::spawn({
+            let (d, stop) = (svc.daemon.clone(), stopped(&stop_tx));
+            async move {
+                metrics::serve(l, d, stop).await;
+                Ok(())
+            }
+        }));
     }
     let why = wait_for_stop(&kill).await;
     tracing::info!("stopping: {why}");

@@ -325,22 +325,24 @@ impl BessControl for Service {
         &self,
         _: Request<pb::EmptyRequest>,
     ) -> Rs<pb::ListGateHookClassResponse> {
-        Ok(Response::new(pb::ListGateHookClassResponse::default()))
+        Ok(Response::new(crate::hooks::classes()))
     }
     async fn get_gate_hook_class_info(
         &self,
-        _: Request<pb::GetGateHookClassInfoRequest>,
+        r: Request<pb::GetGateHookClassInfoRequest>,
     ) -> Rs<pb::GetGateHookClassInfoResponse> {
-        Self::notsup("gate hooks")
+        let n = r.into_inner().name;
+        Ok(Response::new(answer(crate::hooks::class_info(&n))))
     }
     async fn configure_gate_hook(
         &self,
-        _: Request<pb::ConfigureGateHookRequest>,
+        r: Request<pb::ConfigureGateHookRequest>,
     ) -> Rs<pb::ConfigureGateHookResponse> {
-        Self::notsup("gate hooks")
+        let r = r.into_inner();
+        self.call(move |d| crate::hooks::configure(d, r)).await
     }
     async fn list_gate_hooks(&self, _: Request<pb::EmptyRequest>) -> Rs<pb::ListGateHooksResponse> {
-        Ok(Response::new(pb::ListGateHooksResponse::default()))
+        self.call(|d| Ok(crate::hooks::list(d))).await
     }
     async fn gate_hook_command(
         &self,

@@ -6,6 +6,7 @@
 //! per worker.
 
 use crate::counters::{GateCounters, ModuleCounters};
+use crate::hooks::{GateDir, Tap};
 use crate::metadata::{assign_offsets_with, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
 use crate::ports::{Dir, Owners, QueueConflict};
@@ -100,6 +101,9 @@ pub(crate) struct Node {
     pub half_counters: Arc<ModuleCounters>,
     pub igate_counters: Vec<Arc<GateCounters>>,
     pub ogate_counters: Vec<Arc<GateCounters>>,
+    /// Gate hooks (`None`: no hook, the usual case).
+    pub igate_taps: Vec<Option<Tap>>,
+    pub ogate_taps: Vec<Option<Tap>>,
 }
 
 /// Which part of its module a slot runs.
@@ -130,6 +134,11 @@ impl Node {
             },
             igate_counters: self.igate_counters.clone().into(),
             ogate_counters: self.ogate_counters.clone().into(),
+            igate_taps: self.igate_taps.clone().into(),
+            ogate_taps: match part {
+                Part::InputHalf => vec![None; self.ogates.len()].into(),
+                Part::Whole | Part::TaskHalf => self.ogate_taps.clone().into(),
+            },
         }
     }
 }
@@ -216,6 +225,8 @@ impl Graph {
             half_counters: Arc::default(),
             igate_counters: (0..igates).map(|_| Arc::default()).collect(),
             ogate_counters: (0..ogates).map(|_| Arc::default()).collect(),
+            igate_taps: vec![None; igates],
+            ogate_taps: vec![None; ogates],
         }));
         self.names.insert(name.into(), id);
         Ok(id)
@@ -318,6 +329,33 @@ impl Graph {
             *g = None;
         }
         Ok(())
+    }
+
+    /// Set (or with `None` remove) the hook on one gate of `module`;
+    /// returns the hook it replaces. Applied at the next commit
+    /// ([`Pipeline::edit`](crate::Pipeline::edit)).
+    pub fn set_gate_tap(
+        &mut self,
+        module: &str,
+        dir: GateDir,
+        gate: usize,
+        tap: Option<Tap>,
+    ) -> Result<Option<Tap>, GraphError> {
+        let id = self.id(module)?;
+        let n = self.nodes[id].as_mut().expect("a module id names a node");
+        let (taps, dir_name) = match dir {
+            GateDir::In => (&mut n.igate_taps, "input"),
+            GateDir::Out => (&mut n.ogate_taps, "output"),
+        };
+        let have = taps.len();
+        let slot = taps.get_mut(gate).ok_or(GraphError::NoGate {
+            module: module.into(),
+            class: n.class,
+            dir: dir_name,
+            gate,
+            have,
+        })?;
+        Ok(std::mem::replace(slot, tap))
     }
 
     /// Where output gate `ogate` of `from` leads: (module, input gate).
@@ -434,6 +472,91 @@ impl Graph {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Move traffic class `name` (with the classes and tasks under it)
+    /// under `parent` (a class of the same worker, or [`ROOT_TC`]), with
+    /// `placement` there (its priority or share under the new parent).
+    /// Refused if `parent` is the class itself or under it.
+    pub fn set_tc_parent(
+        &mut self,
+        name: &str,
+        parent: &str,
+        placement: Placement,
+    ) -> Result<(), GraphError> {
+        let no_tc = |class: &str, worker: &str| GraphError::NoTc {
+            class: class.into(),
+            worker: worker.into(),
+        };
+        let i = self
+            .tc_names
+            .get(name)
+            .copied()
+            .ok_or_else(|| no_tc(name, "any"))?;
+        let w = self.tcs[i].worker;
+        self.check_parent(w, parent)?;
+        // Walk up from the new parent: the class must not be above it.
+        let mut up = parent.to_string();
+        while up != ROOT_TC {
+            if up == name {
+                return Err(GraphError::Tc(TcError::Placement {
+                    class: name.into(),
+                    msg: format!("cannot move it under `{parent}`, which is under it (a loop)"),
+                }));
+            }
+            match self.tcs.iter().find(|t| t.worker == w && t.name == up) {
+                Some(t) => up = t.parent.clone(),
+                None => break,
+            }
+        }
+        let old = (
+            std::mem::replace(&mut self.tcs[i].parent, parent.to_string()),
+            std::mem::replace(&mut self.tcs[i].placement, placement),
+        );
+        self.order_tcs();
+        if let Err(e) = self.tree_for(w) {
+            let j = self.tc_names[name];
+            self.tcs[j].parent = old.0;
+            self.tcs[j].placement = old.1;
+            self.order_tcs();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Put every class after its parent (trees are built in this
+    /// order), keeping the order of classes at one depth; rebuild the
+    /// name index.
+    fn order_tcs(&mut self) {
+        let depth = |t: &TcSpec| {
+            let mut d = 0;
+            let mut up = t.parent.as_str();
+            while up != ROOT_TC && d <= self.tcs.len() {
+                match self
+                    .tcs
+                    .iter()
+                    .find(|x| x.worker == t.worker && x.name == up)
+                {
+                    Some(x) => up = x.parent.as_str(),
+                    None => break,
+                }
+                d += 1;
+            }
+            d
+        };
+        let depths: Vec<usize> = self.tcs.iter().map(depth).collect();
+        let mut order: Vec<usize> = (0..self.tcs.len()).collect();
+        order.sort_by_key(|&i| depths[i]);
+        let mut old: Vec<Option<TcSpec>> = std::mem::take(&mut self.tcs)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.tcs = order.into_iter().filter_map(|i| old[i].take()).collect();
+        self.tc_names.clear();
+        for (j, t) in self.tcs.iter().enumerate() {
+            self.tc_names.entry(t.name.clone()).or_insert(j);
+        }
+        self.scratch.clear();
     }
 
     /// The worker a traffic class belongs to.

@@ -98,6 +98,7 @@ pub mod config;
 pub mod counters;
 pub mod graph;
 pub mod harness;
+pub mod hooks;
 pub mod metadata;
 pub mod module;
 pub mod modules;

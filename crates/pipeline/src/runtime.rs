@@ -7,6 +7,7 @@
 //! nothing is allocated or copied per packet.
 
 use crate::counters::{GateCounters, ModuleCounters};
+use crate::hooks::Tap;
 use crate::metadata::Attr;
 use crate::module::{Ctx, Module};
 use crate::ports::{Owners, PortTable};
@@ -23,6 +24,8 @@ pub(crate) struct Slot {
     counters: Arc<ModuleCounters>,
     igate_counters: Box<[Arc<GateCounters>]>,
     ogate_counters: Box<[Arc<GateCounters>]>,
+    igate_taps: Box<[Option<Tap>]>,
+    ogate_taps: Box<[Option<Tap>]>,
     /// Where the module's declared ports are in the worker's table.
     port_bind: Box<[usize]>,
 }
@@ -34,6 +37,9 @@ pub(crate) struct Wiring {
     pub counters: Arc<ModuleCounters>,
     pub igate_counters: Box<[Arc<GateCounters>]>,
     pub ogate_counters: Box<[Arc<GateCounters>]>,
+    /// Gate hooks, per input and output gate.
+    pub igate_taps: Box<[Option<Tap>]>,
+    pub ogate_taps: Box<[Option<Tap>]>,
 }
 
 impl Slot {
@@ -56,6 +62,8 @@ impl Slot {
             counters: wiring.counters,
             igate_counters: wiring.igate_counters,
             ogate_counters: wiring.ogate_counters,
+            igate_taps: wiring.igate_taps,
+            ogate_taps: wiring.ogate_taps,
             port_bind,
         }
     }
@@ -183,11 +191,16 @@ impl Runtime {
             };
             std::mem::swap(&mut batch, &mut slot.outs[g]);
             slot.ogate_counters[g].count(n, b);
-            if let Some(c) = self.slots[t]
-                .as_ref()
-                .and_then(|s| s.igate_counters.get(ig))
-            {
-                c.count(n, b);
+            if let Some(tap) = &slot.ogate_taps[g] {
+                tap.tap(&batch);
+            }
+            if let Some(s) = self.slots[t].as_ref() {
+                if let Some(c) = s.igate_counters.get(ig) {
+                    c.count(n, b);
+                }
+                if let Some(Some(tap)) = s.igate_taps.get(ig) {
+                    tap.tap(&batch);
+                }
             }
             self.process(t, ig, &mut batch, now);
             self.spare.push(batch);

@@ -1,0 +1,235 @@
+//! Gate hooks over the service: `nfkit ctl tcpdump` captures a gate of
+//! a running daemon as pcap that the real `tcpdump` reads (from a file
+//! and from a pipe); a FIFO nobody reads only drops captures (counted),
+//! forwarding goes on; a capture client killed mid-way leaves the
+//! daemon forwarding.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NFKIT: &str = env!("CARGO_BIN_EXE_nfkit");
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn daemon(socket: &Path) -> (Kill, String) {
+    let mut child = Command::new(NFKIT)
+        .arg("daemon")
+        .arg("--socket")
+        .arg(socket)
+        .args(["--metrics", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut addr = None;
+    for l in lines.by_ref() {
+        if let Some(a) = l
+            .unwrap()
+            .strip_prefix("nfkit daemon: listening on metrics:http://")
+        {
+            addr = Some(a.trim_end_matches("/metrics").to_string());
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (Kill(child), addr.unwrap())
+}
+
+fn ctl(socket: &Path, args: &[&str]) -> String {
+    let o = Command::new(NFKIT)
+        .arg("ctl")
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "nfkit ctl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn metric(addr: &str, line_start: &str) -> Option<f64> {
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+    let mut r = String::new();
+    s.read_to_string(&mut r).ok()?;
+    r.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn sink_packets(socket: &Path) -> u64 {
+    let j: serde_json::Value =
+        serde_json::from_str(&ctl(socket, &["show", "pipeline", "--format", "json"])).unwrap();
+    j["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["to"] == "sink")
+        .and_then(|e| e["packets"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn tcpdump_a_gate_into_tcpdump() {
+    nfkit_testkit::require_tool!("tcpdump");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("d.sock");
+    let (_d, metrics) = daemon(&socket);
+    ctl(&socket, &["add", "module", "src", "Source", "size=60"]);
+    ctl(&socket, &["add", "module", "sink", "Sink"]);
+    ctl(&socket, &["connect", "src", "sink"]);
+
+    // To a file, read by tcpdump.
+    let file = dir.path().join("cap.pcap");
+    ctl(
+        &socket,
+        &[
+            "tcpdump",
+            "src:0",
+            "out",
+            "-c",
+            "20",
+            "-w",
+            file.to_str().unwrap(),
+        ],
+    );
+    let o = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(lines.lines().count(), 20, "{lines}");
+    // The hook is gone afterwards.
+    assert!(ctl(&socket, &["show", "version"]).starts_with("nfkit"));
+
+    // Through a pipe: nfkit ctl tcpdump ... | tcpdump -r - (input gate).
+    let sh = format!(
+        "{NFKIT} ctl --socket {} tcpdump sink:0 in -c 10 | tcpdump -n -r -",
+        socket.display()
+    );
+    let o = Command::new("sh").args(["-c", &sh]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 10);
+
+    // A FIFO nobody reads: the hook's captures are dropped and counted,
+    // the sink keeps receiving.
+    let fifo = dir.path().join("stuck.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_nonblock()
+        .open(&fifo)
+        .unwrap();
+    let mut c = nfkit_ctl::Ctl::connect(nfkit_ctl::Target::Unix(socket.clone())).unwrap();
+    let hook = |enable| {
+        use nfkit_daemon::pb;
+        (
+            pb::GateHookInfo {
+                class_name: "TcpDump".into(),
+                hook_name: "stuck".into(),
+                module_name: "src".into(),
+                gate: Some(pb::gate_hook_info::Gate::Ogate(0)),
+                arg: Some(nfkit_daemon::mclass::pack(
+                    &pb::TcpdumpArg {
+                        fifo: fifo.display().to_string(),
+                        defer: false,
+                        reconnect: false,
+                    },
+                    "TcpdumpArg",
+                )),
+            },
+            enable,
+        )
+    };
+    let (h, e) = hook(true);
+    c.configure_gate_hook(h, e).unwrap();
+    assert_eq!(c.gate_hooks().unwrap().len(), 1);
+    let before = sink_packets(&socket);
+    let key = "nfkit_capture_dropped_packets_total{module=\"src\",gate=\"0\",direction=\"out\"}";
+    let t = Instant::now();
+    while metric(&metrics, key).unwrap_or(0.0) <= 0.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no capture drops counted"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(sink_packets(&socket) > before, "forwarding stopped");
+    let (h, e) = hook(false);
+    c.configure_gate_hook(h, e).unwrap();
+    assert!(c.gate_hooks().unwrap().is_empty());
+
+    // A capture client killed mid-way: the daemon keeps forwarding.
+    let mut cap = Kill(
+        Command::new(NFKIT)
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&socket)
+            .args(["tcpdump", "src"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut head = [0u8; 24];
+    cap.0
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut head)
+        .unwrap();
+    assert_eq!(&head[..4], &0xa1b2_c3d4u32.to_le_bytes());
+    let _ = cap.0.kill();
+    let _ = cap.0.wait();
+    let before = sink_packets(&socket);
+    let t = Instant::now();
+    while sink_packets(&socket) <= before {
+        assert!(t.elapsed() < Duration::from_secs(10), "forwarding stopped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Bad hooks: the daemon's message.
+    let o = Command::new(NFKIT)
+        .arg("ctl")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["tcpdump", "src:7"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("gate 7 does not exist"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    ctl(&socket, &["daemon", "stop"]);
+}
+
+trait NonBlock {
+    fn custom_flags_nonblock(&mut self) -> &mut Self;
+}
+
+impl NonBlock for std::fs::OpenOptions {
+    fn custom_flags_nonblock(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(0o4000) // O_NONBLOCK
+    }
+}
