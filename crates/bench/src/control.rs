@@ -5,7 +5,8 @@
 //!
 //! - **GetPortStats**: requests per second from one client, back to
 //!   back, on a port no module uses (read as it is) and on one a module
-//!   uses (read between two batches: a short pause of the workers).
+//!   uses (its worker publishes the counters between two rounds, no
+//!   pause).
 //! - **add/connect/remove cycle**: CreateModule(Sink) + ConnectModules
 //!   (a free Replicate gate to it) + DisconnectModules + DestroyModule,
 //!   cycles per second, while traffic flows.
@@ -13,7 +14,8 @@
 //!   (pinned to core 1), cycles per packet of the worker thread (kernel
 //!   CPU time at the nominal TSC frequency, as `bench pipeline`), unpolled
 //!   and then with GetPortStats (of the port in use) and GetTcStats polled
-//!   100 times a second.
+//!   100 times a second; `runs` pairs of runs, alternating, and the
+//!   median of each (the spread printed too).
 
 use crate::testpmd::{thread_cpu_time, tsc_hz, FORWARDING_CORE, WARMUP};
 use anyhow::{anyhow, bail, Context, Result};
@@ -40,14 +42,14 @@ macro_rules! ok {
 pub struct ControlFigures {
     /// A port no module uses.
     pub port_stats_per_s: f64,
-    /// A port a module uses (read between two batches).
+    /// A port a module uses (published by its worker, no pause).
     pub port_stats_in_use_per_s: f64,
     pub cycles_per_s: f64,
     pub unpolled_cpp: f64,
     pub polled_cpp: f64,
 }
 
-pub fn control(seconds: u64) -> Result<ControlFigures> {
+pub fn control(seconds: u64, runs: usize) -> Result<ControlFigures> {
     let dir = tempfile_dir()?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let opts = nfkit_daemon::Options {
@@ -78,7 +80,11 @@ pub fn control(seconds: u64) -> Result<ControlFigures> {
         .worker_threads(1)
         .enable_all()
         .build()?;
-    let figures = rt.block_on(measure(&tcp, Duration::from_secs(seconds.max(1))));
+    let figures = rt.block_on(measure(
+        &tcp,
+        Duration::from_secs(seconds.max(1)),
+        runs.max(1),
+    ));
     rt.block_on(async {
         if let Ok(mut c) = Client::connect(format!("http://{tcp}")).await {
             let _ = c.kill_bess(pb::EmptyRequest {}).await;
@@ -96,7 +102,7 @@ pub fn control(seconds: u64) -> Result<ControlFigures> {
         f.port_stats_per_s, f.port_stats_in_use_per_s, f.cycles_per_s
     );
     println!(
-        "control: data path {:.1} cycles/packet unpolled, {:.1} polled 100/s ({:+.1}%)",
+        "control: data path {:.1} cycles/packet unpolled, {:.1} polled 100/s ({:+.1}%), medians",
         f.unpolled_cpp,
         f.polled_cpp,
         (f.polled_cpp / f.unpolled_cpp - 1.0) * 100.0
@@ -137,7 +143,7 @@ async fn consumed(c: &mut Client, m: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("no consumed= in `{}`", r.desc))
 }
 
-async fn measure(tcp: &str, d: Duration) -> Result<ControlFigures> {
+async fn measure(tcp: &str, d: Duration, runs: usize) -> Result<ControlFigures> {
     let mut c = Client::connect(format!("http://{tcp}")).await?;
     ok!(c.add_worker(pb::AddWorkerRequest {
         wid: 1,
@@ -261,8 +267,24 @@ async fn measure(tcp: &str, d: Duration) -> Result<ControlFigures> {
             Ok::<f64, anyhow::Error>((t1 - t0).as_secs_f64() * hz / packets as f64)
         }
     };
-    let unpolled_cpp = run(false).await?;
-    let polled_cpp = run(true).await?;
+    let (mut un, mut po) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        un.push(run(false).await?);
+        po.push(run(true).await?);
+    }
+    let spread = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "control: data path cycles/packet, {runs} runs of {d:?} each: unpolled [{}], polled 100/s [{}]",
+        spread(&un),
+        spread(&po)
+    );
+    let unpolled_cpp = median(&mut un);
+    let polled_cpp = median(&mut po);
     Ok(ControlFigures {
         port_stats_per_s,
         port_stats_in_use_per_s,
@@ -270,4 +292,17 @@ async fn measure(tcp: &str, d: Duration) -> Result<ControlFigures> {
         unpolled_cpp,
         polled_cpp,
     })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }

@@ -21,14 +21,13 @@
 //!   simulated BAR).
 
 use anyhow::{bail, Context, Result};
-use nfkit_hw::sim::{SimDma, VirtualClock};
-use nfkit_hw::{Batch, Clock};
-use nfkit_ixgbe::{Agent, AgentConfig, Device, DeviceConfig, IxgbePort};
-use nfkit_ixgbe_model::{ModelConfig, Nic82599, SimBar, TrafficGen};
+use nfkit_hw::Batch;
+use nfkit_ixgbe::{Agent, AgentConfig, IxgbePort};
+use nfkit_ixgbe_model::{SimBar, TrafficGen};
 use nfkit_lab::cost::{DriverCost, Mark};
+use nfkit_lab::forms::SimNics;
 use nfkit_lab::{sim_mac, SimLab, SimWire};
 use nfkit_port::{Model, Port};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The network functions of TinyNF's Table 4.
@@ -227,60 +226,16 @@ pub fn mpps(model: Model, nf: Nf, seconds: f64) -> Result<(f64, Option<DriverCos
     ))
 }
 
-/// Two lock-step devices on a virtual clock (device work happens only in
-/// `step`, outside the counted driver rounds).
-fn lockstep_pair() -> Result<LockstepPair> {
-    let dma = SimDma::new();
-    let clock = VirtualClock::new();
-    let nics: Vec<Nic82599> = (0..2)
-        .map(|n| {
-            let nic = Nic82599::new(
-                ModelConfig {
-                    mac: sim_mac(n),
-                    ..ModelConfig::default()
-                },
-                dma.clone(),
-            );
-            nic.attach_clock(&clock);
-            nic
-        })
-        .collect();
-    let c: Arc<dyn Clock> = clock.clone();
-    let mut devs = Vec::new();
-    for nic in &nics {
-        devs.push(Device::init(
-            &nic.pci(),
-            dma.clone(),
-            c.clone(),
-            DeviceConfig::default(),
-        )?);
-    }
-    nics[1].wire().attach_sink();
-    let d1 = devs.pop().context("two devices")?;
-    let d0 = devs.pop().context("two devices")?;
-    Ok(LockstepPair {
-        nics: [nics[0].clone(), nics[1].clone()],
-        devs: [d0, d1],
-        dma,
-    })
-}
-
-/// Two lock-step 82599 models, their initialized devices, and the DMA
-/// memory they share.
-struct LockstepPair {
-    nics: [Nic82599; 2],
-    devs: [Device<SimBar>; 2],
-    dma: Arc<SimDma>,
-}
-
 /// The lock-step run measured under callgrind: `packets` frames through
 /// one direction. Returns the packets forwarded.
 pub fn lockstep(model: Model, nf: Nf, packets: u64) -> Result<u64> {
-    let LockstepPair {
-        nics: [nic0, nic1],
-        devs: [d0, d1],
-        dma,
-    } = lockstep_pair()?;
+    // The lab's lock-step pair: device work happens only in `step`,
+    // outside the counted driver rounds.
+    let nics = SimNics::lockstep(2)?;
+    let (nic0, nic1) = (&nics.nics[0], &nics.nics[1]);
+    let (d0, d1) = (&nics.devs[0], &nics.devs[1]);
+    let dma = &nics.dma;
+    nic1.wire().attach_sink();
     let table = MacTable::new();
     let mut gen = TrafficGen::udp_flows(sim_mac(0), 256, 60);
     let wire = nic0.wire();
@@ -291,14 +246,14 @@ pub fn lockstep(model: Model, nf: Nf, packets: u64) -> Result<u64> {
     match model {
         Model::AgentAdapter => bail!("bench drivers measures agents and queues"),
         Model::Agent => {
-            agent = Some(Agent::new(&d0, 0, &[(&d1, 0)], &AgentConfig::default())?);
+            agent = Some(Agent::new(d0, 0, &[(d1, 0)], &AgentConfig::default())?);
             ports = None;
         }
         Model::Queue => {
             agent = None;
             ports = Some((
-                IxgbePort::new("sim:0", d0.clone(), &*dma)?,
-                IxgbePort::new("sim:1", d1.clone(), &*dma)?,
+                IxgbePort::new("sim:0", d0.clone(), &**dma)?,
+                IxgbePort::new("sim:1", d1.clone(), &**dma)?,
             ));
         }
     }

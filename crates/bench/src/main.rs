@@ -84,6 +84,9 @@ enum Cmd {
         /// Measured seconds per figure.
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// Pairs of data-path runs (unpolled, polled); medians reported.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
     },
     /// RFC 2544 (§26.1-§26.4): throughput at a loss bound, latency at
     /// load steps, frame loss rate and back-to-back bursts, for any DUT
@@ -262,8 +265,8 @@ fn main() -> Result<()> {
             nfkit_bench::rfc2544::rfc2544(&opts)?;
         }
         Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
-        Cmd::Control { seconds } => {
-            nfkit_bench::control::control(seconds)?;
+        Cmd::Control { seconds, runs } => {
+            nfkit_bench::control::control(seconds, runs)?;
         }
         Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
         Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,

@@ -136,6 +136,10 @@ enum Cmd {
         /// Largest request accepted, in bytes.
         #[arg(long, default_value_t = nfkit_lab::daemon::DEFAULT_MAX_REQUEST)]
         max_request: usize,
+        /// A .nfk file whose pipeline is built before serving (an error
+        /// names its line and the daemon does not start).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
         /// Serve Prometheus metrics at http://HOST:PORT/metrics (loopback
         /// only unless --allow-remote).
         #[arg(long, value_name = "HOST:PORT")]
@@ -265,12 +269,14 @@ fn main() -> Result<()> {
             grpc_url,
             allow_remote,
             max_request,
+            config,
             metrics,
         } => nfkit_lab::daemon::run(nfkit_lab::daemon::Options {
             socket,
             grpc_url,
             allow_remote,
             max_request,
+            config,
             metrics,
             ..Default::default()
         })?,

@@ -14,6 +14,7 @@ usage: nfkit nf NAME --lan SPEC --wan SPEC [--model agent|queue] [--seconds N] [
   --port SPEC              one more port (repeatable; the bridge's ports)
   --model agent|queue      driver model (default queue)
   --seconds N              stop after N seconds (default: Ctrl-C, or when every source is done)
+  --poll                   pure polling (default: sleep after --idle-us N, 200, without a packet)
   --table                  print the NF's table every second too (bridge MACs, LB backends, NAT mappings)
   --cores LIST             the data path's core, DPDK style (2, 0-3): pinned to the first (default: where it starts)
 With only sim:N ports the NF runs on simulated 82599s (real 82599 agents with --model agent)
@@ -38,6 +39,7 @@ pub fn parse_args(args: &[String]) -> Result<NfArgs> {
         nf_options: Vec::new(),
         force: false,
         cores: None,
+        idle: nfkit_port::IdleOptions::default(),
     };
     let mut it = rest.iter();
     let mut seen: Vec<&str> = Vec::new();
@@ -76,6 +78,12 @@ pub fn parse_args(args: &[String]) -> Result<NfArgs> {
             "--table" => out.table_every_second = true,
             "--force" => out.force = true,
             "--cores" => out.cores = Some(nfkit_lab::cores::parse(&value()?)?),
+            "--poll" => out.idle = nfkit_port::IdleOptions::polling(),
+            "--idle-us" => {
+                let v = value()?;
+                let us: u64 = v.parse().with_context(|| format!("--idle-us {v}"))?;
+                out.idle.sleep_after = Some(std::time::Duration::from_micros(us));
+            }
             "-h" | "--help" => bail!("{USAGE}\n{}", nf_list()),
             _ => out.nf_options.push(a.clone()),
         }

@@ -72,6 +72,8 @@ pub struct Options {
     pub max_request: usize,
     /// Worker threads of the control plane's runtime.
     pub control_threads: usize,
+    /// A `.nfk` file whose pipeline is built before serving.
+    pub config: Option<PathBuf>,
     /// Serve Prometheus metrics on `HOST:PORT` ([`metrics`]; loopback
     /// only unless `allow_remote`).
     pub metrics: Option<String>,
@@ -85,6 +87,7 @@ impl Default for Options {
             allow_remote: false,
             max_request: DEFAULT_MAX_REQUEST,
             control_threads: 2,
+            config: None,
             metrics: None,
         }
     }
@@ -193,7 +196,16 @@ async fn serve(
     // From here on the socket is ours: remove it whatever happens.
     let _guard = RemoveOnDrop(path.clone());
 
-    let daemon = Daemon::new(open).map_err(StartError::Daemon)?;
+    let mut daemon = Daemon::new(open).map_err(StartError::Daemon)?;
+    if let Some(file) = &opts.config {
+        let src = std::fs::read_to_string(file).map_err(|e| {
+            StartError::Daemon(Fail::noent(format!("cannot read {}: {e}", file.display())))
+        })?;
+        daemon
+            .load_config(&file.display().to_string(), &src)
+            .map_err(StartError::Daemon)?;
+        tracing::info!(config = %file.display(), "pipeline loaded");
+    }
     let kill = Arc::new(Notify::new());
     let svc = service::Service {
         daemon: Arc::new(Mutex::new(daemon)),

@@ -645,10 +645,35 @@ impl Daemon {
         if !c.leaf_module_name.is_empty() || leaf_module(&c.name).is_some() {
             return self.attach(&c);
         }
-        Err(Fail::notsup(format!(
-            "moving class `{}`: nfkit moves task leaves (attach_task); remove and re-add an inner class instead",
-            c.name
-        )))
+        let old = self
+            .pipeline
+            .graph()
+            .tc_list()
+            .into_iter()
+            .find(|t| t.0 == c.name)
+            .ok_or_else(|| Fail::noent(format!("no traffic class named `{}`", c.name)))?;
+        let (_, w, old_parent, _, old_place) = old;
+        let workers = self.pipeline.graph().worker_list();
+        let here = workers.get(w).map(|x| wid_of(&x.0)).unwrap_or(-1);
+        if c.wid >= 0 && c.wid != here {
+            return Err(Fail::notsup(format!(
+                "moving class `{}` from worker {here} to worker {}: nfkit moves inner classes within their worker; remove and re-add it there",
+                c.name, c.wid
+            )));
+        }
+        let parent = if c.parent.is_empty() {
+            ROOT_TC.to_string()
+        } else {
+            c.parent.clone()
+        };
+        let place = placement_from(&c)?;
+        let name = c.name.clone();
+        self.edit(
+            |g| g.set_tc_parent(&name, &parent, place),
+            |g| {
+                let _ = g.set_tc_parent(&c.name, &old_parent, old_place);
+            },
+        )
     }
 
     pub fn reset_tcs(&mut self) -> Res<()> {
@@ -1389,6 +1414,128 @@ impl Daemon {
             error: None,
             data: Some(data),
         })
+    }
+
+    /// Build the pipeline a `.nfk` file describes (ports, workers,
+    /// modules and their commands, connections, classes, task
+    /// placement) into this daemon, as `nfkit daemon --config FILE`
+    /// does before serving. An error names the file and line.
+    pub fn load_config(&mut self, file: &str, src: &str) -> Res<()> {
+        use nfkit_pipeline::args::Pos;
+        let desc = nfkit_pipeline::config::parse_with(src, file, &self.registry)
+            .map_err(|e| Fail::inval(e.to_string()))?;
+        let at = |pos: Pos, f: Fail| Fail::new(f.code, format!("{file}:{}: {}", pos.line, f.msg));
+        for p in &desc.ports {
+            self.create_port(pb::CreatePortRequest {
+                name: p.name.clone(),
+                driver: "NfkitPort".into(),
+                arg: Some(pack(
+                    &pb::NfkitPortArg {
+                        spec: p.spec.clone(),
+                    },
+                    "NfkitPortArg",
+                )),
+                ..Default::default()
+            })
+            .map_err(|f| at(p.pos, f))?;
+        }
+        let env = BuildEnv {
+            ports: self
+                .ports
+                .iter()
+                .map(|p| (p.name.clone(), p.port.clone()))
+                .collect(),
+            pool: self.pool.clone(),
+        };
+        let mut built = Vec::new();
+        for m in &desc.modules {
+            if self.modules.contains_key(&m.name) {
+                return Err(at(
+                    m.pos,
+                    Fail::exist(format!("module `{}` already exists", m.name)),
+                ));
+            }
+            let mut args = m.args.clone();
+            let port = args.pos("port").and_then(|_| {
+                let mut a = m.args.clone();
+                a.str("port").ok().flatten()
+            });
+            let mut module = self
+                .registry
+                .build(&m.class, &mut args, &env)
+                .map_err(|e| {
+                    let pos = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(m.pos);
+                    at(pos, Fail::inval(format!("{} `{}`: {e}", m.class, m.name)))
+                })?;
+            for c in desc.commands.iter().filter(|c| c.module == m.name) {
+                let mut args = c.args.clone();
+                module.command(&c.cmd, &mut args).map_err(|e| {
+                    let pos = e.arg.as_deref().and_then(|a| args.pos(a)).unwrap_or(c.pos);
+                    at(pos, Fail::inval(format!("{}.{}: {e}", c.module, c.cmd)))
+                })?;
+            }
+            let entry = ModEntry {
+                class: m.class.clone(),
+                igates: module.igates(),
+                ogates: module.ogates(),
+                is_task: module.is_task(),
+                port,
+                attrs: module.attrs(),
+            };
+            built.push((m.name.clone(), m.pos, module, entry));
+        }
+        // The graph in one change: intermediate states never commit.
+        let mut pos = Pos::default();
+        let mut entries: Vec<(String, ModEntry)> = Vec::new();
+        let r = self.pipeline.edit(|g| {
+            for w in &desc.workers {
+                pos = w.pos;
+                g.add_worker(&w.name, w.core)?;
+            }
+            for (name, p, module, entry) in built {
+                pos = p;
+                g.add_module(&name, module)?;
+                entries.push((name, entry));
+            }
+            for l in &desc.links {
+                pos = l.pos;
+                g.connect(&l.from, l.ogate, &l.to, l.igate)?;
+            }
+            for t in &desc.tcs {
+                pos = t.pos;
+                g.add_tc(
+                    &t.name,
+                    t.worker.as_deref(),
+                    &t.parent,
+                    t.policy,
+                    t.placement,
+                )?;
+            }
+            for a in &desc.attachments {
+                pos = a.pos;
+                let parent = a.tc.as_deref().unwrap_or(ROOT_TC);
+                g.attach(&a.module, a.worker.as_deref(), parent, a.placement)?;
+            }
+            pos = Pos::default();
+            Ok(())
+        });
+        match r {
+            Ok(()) => {
+                for t in &desc.tcs {
+                    self.tcs.insert(t.name.clone(), TcEntry::default());
+                }
+                self.modules.extend(entries);
+                Ok(())
+            }
+            Err(e) => {
+                let f = Fail::from(e);
+                if pos.line > 0 {
+                    Err(at(pos, f))
+                } else {
+                    Err(Fail::new(f.code, format!("{file}: {}", f.msg)))
+                }
+            }
+        }
     }
 
     pub fn reset_all(&mut self) -> Res<()> {

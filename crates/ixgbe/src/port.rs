@@ -16,12 +16,19 @@ pub const RING_SIZE: usize = 512;
 pub const BUF_SIZE: usize = 2 * DEFAULT_BUF_SIZE;
 const _: () = assert!(BUF_SIZE - nfkit_hw::pool::HEADROOM >= MIN_RX_DATA_ROOM);
 
-/// The queues of one 82599 as a [`Port`].
+/// The queues of one 82599 as a [`Port`], or one queue pair of it
+/// ([`Port::split_queues`]).
 pub struct IxgbePort<B: Bar + 'static> {
     name: String,
     dev: Device<B>,
+    /// The queues held: `rx[i]` is receive queue `base + i` (all of them
+    /// from 0, or the one pair of a part).
     rx: Vec<RxQueue<B>>,
     tx: Vec<TxQueue<B>>,
+    base: usize,
+    /// The whole port's queue counts.
+    rx_count: usize,
+    tx_count: usize,
     pool: Mempool,
 }
 
@@ -48,6 +55,9 @@ impl<B: Bar + 'static> IxgbePort<B> {
             dev,
             rx,
             tx,
+            base: 0,
+            rx_count: nrx,
+            tx_count: ntx,
             pool,
         })
     }
@@ -62,38 +72,39 @@ impl<B: Bar + 'static> Port for IxgbePort<B> {
         &self.name
     }
     fn rx_queues(&self) -> usize {
-        self.rx.len()
+        self.rx_count
     }
     fn tx_queues(&self) -> usize {
-        self.tx.len()
+        self.tx_count
     }
     fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        match self.rx.get_mut(queue) {
+        match self.rx.get_mut(queue.wrapping_sub(self.base)) {
             Some(q) => q.rx_batch(batch),
             None => 0,
         }
     }
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        match self.tx.get_mut(queue) {
+        match self.tx.get_mut(queue.wrapping_sub(self.base)) {
             Some(q) => q.tx_batch(batch),
             None => 0,
         }
     }
     fn queue_stats(&self, queue: usize) -> QueueStats {
         let mut s = QueueStats::default();
-        if let Some(q) = self.rx.get(queue) {
+        let i = queue.wrapping_sub(self.base);
+        if let Some(q) = self.rx.get(i) {
             let c = q.counters();
             s.rx_packets = c.packets;
             s.rx_bytes = c.bytes;
             s.rx_errors = c.errors;
         }
-        if let Some(q) = self.tx.get(queue) {
+        if let Some(q) = self.tx.get(i) {
             let c = q.counters();
             s.tx_packets = c.packets;
             s.tx_bytes = c.bytes;
             s.tx_errors = c.errors;
         }
-        if queue == 0 {
+        if queue == 0 && self.base == 0 {
             // Device-wide drops (no descriptor, packet buffer full) are
             // only counted per device: reported on queue 0.
             s.rx_dropped = self.dev.stats().rx_dropped();
@@ -112,6 +123,35 @@ impl<B: Bar + 'static> Port for IxgbePort<B> {
     }
     fn pool(&self) -> &Mempool {
         &self.pool
+    }
+    /// One part per queue pair: receive queue `q` and transmit queue `q`
+    /// with the device and the pool shared. Each queue has its own
+    /// descriptor ring and its own head and tail registers (RDH/RDT
+    /// §8.2.3.8.4-5, TDH/TDT §8.2.3.9.8-9), so parts on different threads
+    /// touch no common ring or register on the data path; the pool's
+    /// shared paths are thread-safe, and device-wide counters (read on
+    /// part 0's queue 0) sit behind the device's own lock.
+    fn split_queues(&mut self) -> Option<Vec<Box<dyn Port>>> {
+        if self.base != 0 || self.rx.len() != self.rx_count || self.tx.len() != self.tx_count {
+            return None; // already a part
+        }
+        let mut rx = std::mem::take(&mut self.rx).into_iter();
+        let mut tx = std::mem::take(&mut self.tx).into_iter();
+        let parts = (0..self.rx_count.max(self.tx_count))
+            .map(|q| {
+                Box::new(IxgbePort {
+                    name: self.name.clone(),
+                    dev: self.dev.clone(),
+                    rx: rx.next().into_iter().collect(),
+                    tx: tx.next().into_iter().collect(),
+                    base: q,
+                    rx_count: self.rx_count,
+                    tx_count: self.tx_count,
+                    pool: self.pool.clone(),
+                }) as Box<dyn Port>
+            })
+            .collect();
+        Some(parts)
     }
 }
 

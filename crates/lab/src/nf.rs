@@ -29,7 +29,7 @@ use nfkit_port::rate::RateLines;
 use nfkit_port::{Model, OpenOptions, Port, PortSpec, QueueStats};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What `nfkit nf` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub struct NfArgs {
     pub nf_options: Vec<String>,
     /// Take pci: devices the kernel is using (`--force`).
     pub force: bool,
+    /// Hybrid polling (sleep when idle, the default) or pure polling
+    /// (`--poll`).
+    pub idle: nfkit_port::IdleOptions,
     /// `--cores LIST` (parsed): the data path runs on the first.
     pub cores: Option<Vec<usize>>,
 }
@@ -190,11 +193,29 @@ fn drive(
     lines: &mut RateLines,
     port_stats: &dyn Fn() -> Vec<QueueStats>,
     mut check: impl FnMut() -> Result<bool>,
+    sleep_on: Option<&RefCell<Vec<&mut dyn Port>>>,
 ) -> Result<()> {
     let start = Instant::now();
     let mut rounds = 0u32;
+    let mut idle = nfkit_port::Idle::new(args.idle);
+    let mut last = nfkit_port::IdleTimes::default();
     loop {
-        (r.round)(start.elapsed());
+        let n = (r.round)(start.elapsed());
+        if let Some(ports) = sleep_on.filter(|_| idle.round(n > 0)) {
+            // Arm, re-check with one more round, sleep if it found
+            // nothing (see nfkit_port::idle); at most until the next
+            // rate line.
+            if idle.arm(&mut ports.borrow_mut()) {
+                if (r.round)(start.elapsed()) > 0 {
+                    idle.found(&mut ports.borrow_mut());
+                } else {
+                    let next =
+                        Instant::now() + Duration::from_secs(1).saturating_sub(lines.since_print());
+                    idle.wait(&mut ports.borrow_mut(), Some(next));
+                }
+            }
+            rounds = CHECK_EVERY - 1;
+        }
         rounds += 1;
         if rounds < CHECK_EVERY {
             continue;
@@ -203,6 +224,11 @@ fn drive(
         if lines.due() {
             lines.print(port_stats());
             println!("{}", nf_line(&args.name, &(r.stats)()));
+            if sleep_on.is_some() {
+                let now = idle.times(start.elapsed());
+                println!("{}", now.since(&last).line("nf"));
+                last = now;
+            }
             if args.table_every_second {
                 let t = (r.table)();
                 let shown = &t[..t.len().min(TABLE_LINES)];
@@ -252,15 +278,23 @@ fn run_ports(
         .collect();
     let mut lines = RateLines::new(names, port_stats());
     let counts = with_ports(args.model, &ports, nf, |mut r| -> Result<_> {
-        drive(&mut r, args, &stop, &mut lines, &port_stats, || {
-            let mut ports = ports.borrow_mut();
-            for p in ports.iter_mut() {
-                if let Some(e) = p.take_error() {
-                    return Err(e.into());
+        drive(
+            &mut r,
+            args,
+            &stop,
+            &mut lines,
+            &port_stats,
+            || {
+                let mut ports = ports.borrow_mut();
+                for p in ports.iter_mut() {
+                    if let Some(e) = p.take_error() {
+                        return Err(e.into());
+                    }
                 }
-            }
-            Ok(ports.iter().all(|p| p.rx_done()))
-        })?;
+                Ok(ports.iter().all(|p| p.rx_done()))
+            },
+            Some(&ports),
+        )?;
         Ok(((r.sent)(), (r.refused)()))
     });
     lab.stop_load();
@@ -293,7 +327,15 @@ fn run_sim(args: &NfArgs, nf: &mut dyn NetworkFunction) -> Result<PortCounts> {
     };
     let mut lines = RateLines::new(args.ports.clone(), device_stats());
     let refused = with_form(args.model, &nics, nf, |mut r| -> Result<_> {
-        drive(&mut r, args, &stop, &mut lines, &device_stats, || Ok(false))?;
+        drive(
+            &mut r,
+            args,
+            &stop,
+            &mut lines,
+            &device_stats,
+            || Ok(false),
+            None,
+        )?;
         Ok((r.refused)())
     });
     drop(feeder);

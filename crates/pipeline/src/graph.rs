@@ -474,6 +474,91 @@ impl Graph {
         Ok(())
     }
 
+    /// Move traffic class `name` (with the classes and tasks under it)
+    /// under `parent` (a class of the same worker, or [`ROOT_TC`]), with
+    /// `placement` there (its priority or share under the new parent).
+    /// Refused if `parent` is the class itself or under it.
+    pub fn set_tc_parent(
+        &mut self,
+        name: &str,
+        parent: &str,
+        placement: Placement,
+    ) -> Result<(), GraphError> {
+        let no_tc = |class: &str, worker: &str| GraphError::NoTc {
+            class: class.into(),
+            worker: worker.into(),
+        };
+        let i = self
+            .tc_names
+            .get(name)
+            .copied()
+            .ok_or_else(|| no_tc(name, "any"))?;
+        let w = self.tcs[i].worker;
+        self.check_parent(w, parent)?;
+        // Walk up from the new parent: the class must not be above it.
+        let mut up = parent.to_string();
+        while up != ROOT_TC {
+            if up == name {
+                return Err(GraphError::Tc(TcError::Placement {
+                    class: name.into(),
+                    msg: format!("cannot move it under `{parent}`, which is under it (a loop)"),
+                }));
+            }
+            match self.tcs.iter().find(|t| t.worker == w && t.name == up) {
+                Some(t) => up = t.parent.clone(),
+                None => break,
+            }
+        }
+        let old = (
+            std::mem::replace(&mut self.tcs[i].parent, parent.to_string()),
+            std::mem::replace(&mut self.tcs[i].placement, placement),
+        );
+        self.order_tcs();
+        if let Err(e) = self.tree_for(w) {
+            let j = self.tc_names[name];
+            self.tcs[j].parent = old.0;
+            self.tcs[j].placement = old.1;
+            self.order_tcs();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Put every class after its parent (trees are built in this
+    /// order), keeping the order of classes at one depth; rebuild the
+    /// name index.
+    fn order_tcs(&mut self) {
+        let depth = |t: &TcSpec| {
+            let mut d = 0;
+            let mut up = t.parent.as_str();
+            while up != ROOT_TC && d <= self.tcs.len() {
+                match self
+                    .tcs
+                    .iter()
+                    .find(|x| x.worker == t.worker && x.name == up)
+                {
+                    Some(x) => up = x.parent.as_str(),
+                    None => break,
+                }
+                d += 1;
+            }
+            d
+        };
+        let depths: Vec<usize> = self.tcs.iter().map(depth).collect();
+        let mut order: Vec<usize> = (0..self.tcs.len()).collect();
+        order.sort_by_key(|&i| depths[i]);
+        let mut old: Vec<Option<TcSpec>> = std::mem::take(&mut self.tcs)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.tcs = order.into_iter().filter_map(|i| old[i].take()).collect();
+        self.tc_names.clear();
+        for (j, t) in self.tcs.iter().enumerate() {
+            self.tc_names.entry(t.name.clone()).or_insert(j);
+        }
+        self.scratch.clear();
+    }
+
     /// The worker a traffic class belongs to.
     pub fn tc_worker(&self, tc: &str) -> Option<usize> {
         self.tc_names.get(tc).map(|&i| self.tcs[i].worker)

@@ -175,6 +175,13 @@ impl SharedPort {
         }
     }
 
+    /// Whether the port is split into per-queue parts that workers own
+    /// with no lock (its queues are spread over several workers and its
+    /// backend splits); false while whole, or shared under a lock.
+    pub fn is_split(&self) -> bool {
+        matches!(&*self.0.held.lock(), Held::Parts(_))
+    }
+
     /// Run `f` on the port while the pipeline is paused (`None` while a
     /// worker holds it or it is split into parts).
     pub fn with_port<R>(&self, f: impl FnOnce(&mut dyn Port) -> R) -> Option<R> {

@@ -273,6 +273,28 @@ impl Idle {
         deadline: Option<Instant>,
         mut round: impl FnMut(&mut [&mut dyn Port]) -> bool,
     ) -> bool {
+        if !self.arm(ports) {
+            return false;
+        }
+        // The re-check: a packet that arrived before the arm signalled
+        // nothing; find it now instead of sleeping on it.
+        #[cfg(test)]
+        let recheck = !self.naive;
+        #[cfg(not(test))]
+        let recheck = true;
+        if recheck && round(ports) {
+            self.found(ports);
+            return true;
+        }
+        self.wait(ports, deadline);
+        false
+    }
+
+    /// [`Idle::sleep`] in steps, for a loop whose round cannot take the
+    /// ports as an argument: `arm`; if true, run one round (the
+    /// re-check); then [`Idle::found`] if it moved packets, else
+    /// [`Idle::wait`]. False: keep polling (nothing is armed).
+    pub fn arm(&mut self, ports: &mut [&mut dyn Port]) -> bool {
         let now = Instant::now();
         if let Some(t) = self.idle_since.take() {
             self.times.polling_idle += now - t;
@@ -315,17 +337,19 @@ impl Idle {
             self.idle_since = Some(Instant::now());
             return false;
         }
-        // The re-check: a packet that arrived before the arm signalled
-        // nothing; find it now instead of sleeping on it.
-        #[cfg(test)]
-        let recheck = !self.naive;
-        #[cfg(not(test))]
-        let recheck = true;
-        if recheck && round(ports) {
-            self.times.rechecks += 1;
-            self.disarm(ports);
-            return true;
-        }
+        true
+    }
+
+    /// The re-check after [`Idle::arm`] found packets: disarm, keep
+    /// polling.
+    pub fn found(&mut self, ports: &mut [&mut dyn Port]) {
+        self.times.rechecks += 1;
+        self.disarm(ports);
+    }
+
+    /// The re-check after [`Idle::arm`] found nothing: sleep until a port
+    /// signals, `deadline` or [`IdleOptions::max_sleep`], then disarm.
+    pub fn wait(&mut self, ports: &mut [&mut dyn Port], deadline: Option<Instant>) {
         let now = Instant::now();
         let mut until = now + self.opts.max_sleep;
         if let Some(d) = deadline {
@@ -380,7 +404,6 @@ impl Idle {
             _ => t,
         });
         self.empty = CLOCK_EVERY;
-        false
     }
 
     fn disarm(&mut self, ports: &mut [&mut dyn Port]) {

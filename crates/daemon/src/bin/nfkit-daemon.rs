@@ -1,7 +1,7 @@
 //! `nfkit-daemon`: the daemon with nfkit's software ports only (no
 //! `sim:` or `pci:`; `nfkit daemon` has those). Tests start this one.
 //!
-//! nfkit-daemon [--socket PATH] [--grpc-url HOST:PORT] [--allow-remote] [--max-request BYTES]
+//! nfkit-daemon [--socket PATH] [--grpc-url HOST:PORT] [--allow-remote] [--max-request BYTES] [--config FILE.nfk]
 
 use nfkit_port::{OpenOptions, Port, PortError, PortSpec};
 use std::io::Write;
@@ -25,6 +25,7 @@ fn main() {
             "--socket" => opts.socket = Some(val("--socket").into()),
             "--grpc-url" => opts.grpc_url = Some(val("--grpc-url")),
             "--allow-remote" => opts.allow_remote = true,
+            "--config" => opts.config = Some(val("--config").into()),
             "--max-request" => {
                 opts.max_request = val("--max-request").parse().unwrap_or_else(|_| {
                     eprintln!("nfkit-daemon: --max-request takes a number of bytes");
@@ -33,7 +34,7 @@ fn main() {
             }
             other => {
                 eprintln!(
-                    "nfkit-daemon: unknown argument `{other}`\nusage: nfkit-daemon [--socket PATH] [--grpc-url HOST:PORT] [--allow-remote] [--max-request BYTES]"
+                    "nfkit-daemon: unknown argument `{other}`\nusage: nfkit-daemon [--socket PATH] [--grpc-url HOST:PORT] [--allow-remote] [--max-request BYTES] [--config FILE.nfk]"
                 );
                 std::process::exit(2)
             }

@@ -111,6 +111,12 @@ impl Batch {
     pub fn as_mut_slice(&mut self) -> &mut [PktBuf] {
         &mut self.pkts
     }
+    /// Whether any packet has offload state ([`PktBuf::offload`]): one
+    /// OR over the buffer handles, no branch per packet.
+    #[inline]
+    pub fn any_offload(&self) -> bool {
+        self.pkts.iter().fold(0, |a, p| a | p.id) & super::pktbuf::OFFLOAD_SET != 0
+    }
     /// Keep the packets for which `f` is true, in order; drop the others.
     pub fn retain(&mut self, f: impl FnMut(&mut PktBuf) -> bool) {
         self.pkts.retain_mut(f)

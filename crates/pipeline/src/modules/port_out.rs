@@ -72,8 +72,8 @@ impl Module for PortOut {
                 w % n
             }
         });
-        // One bit test per packet (the flag is in the buffer handle).
-        if batch.iter().any(|p| p.offload().is_some()) {
+        // One OR per packet (the flag is in the buffer handle).
+        if batch.any_offload() {
             let before = batch.len();
             batch.retain(|p| nfkit_packet::offload_meta::finish_in_software(p).is_ok());
             let bad = (before - batch.len()) as u64;

@@ -156,7 +156,12 @@ impl Queue {
 pub struct AfPacketPort {
     name: String,
     ifname: String,
+    /// The sockets held: `queues[i]` serves queue `base + i` (all of the
+    /// port's from 0, or one of them in a part, [`Port::split_queues`]).
     queues: Vec<Queue>,
+    base: usize,
+    /// The whole port's queue count.
+    count: usize,
     pool: Mempool,
     /// Buffers for received frames, taken from the pool a chunk at a
     /// time (no pool lock per frame).
@@ -194,6 +199,8 @@ impl AfPacketPort {
         Ok(AfPacketPort {
             name: name.to_string(),
             ifname: spec.iface.clone(),
+            base: 0,
+            count: queues.len(),
             queues,
             rx_cache: pool.cache(RX_CACHE),
             pool,
@@ -353,7 +360,7 @@ impl AfPacketPort {
     /// it could not take now (socket buffer full, driver busy) stay on the
     /// ring for the next kick.
     fn kick(&mut self, queue: usize) {
-        let Some(q) = self.queues.get(queue) else {
+        let Some(q) = self.queues.get(queue.wrapping_sub(self.base)) else {
             return;
         };
         let Err(e) = sys::kick_tx(q.fd.as_fd()) else {
@@ -381,7 +388,7 @@ impl Port for AfPacketPort {
     /// The socket polls readable when the RX ring holds a frame (level
     /// triggered: nothing to arm, no wake-up to lose).
     fn rx_wake(&self, queue: usize) -> crate::RxWake {
-        match self.queues.get(queue) {
+        match self.queues.get(queue.wrapping_sub(self.base)) {
             Some(q) => crate::RxWake::Fd(std::os::fd::AsRawFd::as_raw_fd(&q.fd)),
             None => crate::RxWake::Never,
         }
@@ -390,18 +397,22 @@ impl Port for AfPacketPort {
         &self.name
     }
     fn rx_queues(&self) -> usize {
-        self.queues.len()
+        self.count
     }
     fn tx_queues(&self) -> usize {
-        self.queues.len()
+        self.count
     }
 
     fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
         // Keep earlier sends moving even when nothing new is sent.
-        if self.queues.get(queue).is_some_and(|q| q.ring.tx_waiting()) {
+        if self
+            .queues
+            .get(queue.wrapping_sub(self.base))
+            .is_some_and(|q| q.ring.tx_waiting())
+        {
             self.kick(queue);
         }
-        let Some(q) = self.queues.get_mut(queue) else {
+        let Some(q) = self.queues.get_mut(queue.wrapping_sub(self.base)) else {
             return 0;
         };
         let room = self.pool.data_room();
@@ -469,7 +480,7 @@ impl Port for AfPacketPort {
 
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
         let mtu = self.mtu;
-        let Some(q) = self.queues.get_mut(queue) else {
+        let Some(q) = self.queues.get_mut(queue.wrapping_sub(self.base)) else {
             return 0;
         };
         let mut taken = 0;
@@ -507,13 +518,13 @@ impl Port for AfPacketPort {
     }
 
     fn tx_refused(&mut self, queue: usize, n: u64) {
-        if let Some(q) = self.queues.get_mut(queue) {
+        if let Some(q) = self.queues.get_mut(queue.wrapping_sub(self.base)) {
             q.stats.tx_dropped += n;
         }
     }
 
     fn queue_stats(&self, queue: usize) -> QueueStats {
-        let Some(q) = self.queues.get(queue) else {
+        let Some(q) = self.queues.get(queue.wrapping_sub(self.base)) else {
             return QueueStats::default();
         };
         // struct tpacket_stats: packets, drops.
@@ -547,6 +558,38 @@ impl Port for AfPacketPort {
 
     fn take_error(&mut self) -> Option<PortError> {
         self.error.take()
+    }
+
+    /// One part per socket of the `PACKET_FANOUT` group: each socket has
+    /// its own rings and the kernel steers each flow to one of them, so
+    /// parts share only the pool (thread-safe; each part gets its own
+    /// receive cache). A one-socket port splits into itself.
+    fn split_queues(&mut self) -> Option<Vec<Box<dyn Port>>> {
+        if self.base != 0 || self.queues.len() != self.count {
+            return None; // already a part
+        }
+        let parts = std::mem::take(&mut self.queues)
+            .into_iter()
+            .enumerate()
+            .map(|(q, sock)| {
+                Box::new(AfPacketPort {
+                    name: self.name.clone(),
+                    ifname: self.ifname.clone(),
+                    queues: vec![sock],
+                    base: q,
+                    count: self.count,
+                    pool: self.pool.clone(),
+                    rx_cache: self.pool.cache(RX_CACHE),
+                    mac: self.mac,
+                    mtu: self.mtu,
+                    warned_oversize: false,
+                    warned_tx_len: false,
+                    warned_tx: false,
+                    error: None,
+                }) as Box<dyn Port>
+            })
+            .collect();
+        Some(parts)
     }
 }
 

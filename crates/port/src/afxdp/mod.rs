@@ -83,6 +83,7 @@ use queue::{FourRings, SocketRings, FRAME};
 use ring::{Ring, Umem};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 /// Buffers the port's receive cache holds (two full batches).
 const RX_CACHE: usize = 2 * nfkit_hw::pool::MAX_BATCH;
@@ -107,7 +108,12 @@ const BIND_BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
 pub struct AfXdpPort {
     name: String,
     ifname: String,
+    /// The sockets held: `queues[i]` serves queue `base + i` (all of the
+    /// port's from 0, or one of them in a part, [`Port::split_queues`]).
     queues: Vec<XskQueue>,
+    base: usize,
+    /// The whole port's queue count.
+    count: usize,
     pool: Mempool,
     /// Buffers for received frames, taken from the pool a chunk at a
     /// time (no pool lock per frame).
@@ -116,8 +122,14 @@ pub struct AfXdpPort {
     zero_copy: bool,
     native: bool,
     error: Option<PortError>,
-    // Dropping the link detaches the program; the map and program go
-    // when their last reference does.
+    /// Shared by the parts of a split port: the program stays attached
+    /// while any part is open.
+    _attached: Arc<Attached>,
+}
+
+/// The redirect program on the interface. Dropping the link detaches
+/// the program; the map and program go when their last reference does.
+struct Attached {
     _link: OwnedFd,
     _prog: OwnedFd,
     _map: OwnedFd,
@@ -163,6 +175,8 @@ impl AfXdpPort {
         Ok(AfXdpPort {
             name: name.to_string(),
             ifname: spec.iface.clone(),
+            base: 0,
+            count: queues.len(),
             queues,
             rx_cache: pool.cache(RX_CACHE),
             pool,
@@ -170,9 +184,11 @@ impl AfXdpPort {
             zero_copy,
             native,
             error: None,
-            _link: link,
-            _prog: prog,
-            _map: map,
+            _attached: Arc::new(Attached {
+                _link: link,
+                _prog: prog,
+                _map: map,
+            }),
         })
     }
 
@@ -476,7 +492,7 @@ impl Port for AfXdpPort {
     /// `poll` also gives a driver that set `XDP_RING_NEED_WAKEUP` its
     /// wake-up (the sockets are bound with `XDP_USE_NEED_WAKEUP`).
     fn rx_wake(&self, queue: usize) -> crate::RxWake {
-        match self.queues.get(queue) {
+        match self.queues.get(queue.wrapping_sub(self.base)) {
             Some(q) => crate::RxWake::Fd(q.fd.as_raw_fd()),
             None => crate::RxWake::Never,
         }
@@ -485,15 +501,15 @@ impl Port for AfXdpPort {
         &self.name
     }
     fn rx_queues(&self) -> usize {
-        self.queues.len()
+        self.count
     }
     fn tx_queues(&self) -> usize {
-        self.queues.len()
+        self.count
     }
 
     fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
         let zc = self.zero_copy;
-        let Some(q) = self.queues.get_mut(queue) else {
+        let Some(q) = self.queues.get_mut(queue.wrapping_sub(self.base)) else {
             return 0;
         };
         // Keep earlier sends moving even when nothing new is sent.
@@ -511,7 +527,7 @@ impl Port for AfXdpPort {
 
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
         let zc = self.zero_copy;
-        let Some(q) = self.queues.get_mut(queue) else {
+        let Some(q) = self.queues.get_mut(queue.wrapping_sub(self.base)) else {
             return 0;
         };
         let n = q.rings.tx(batch);
@@ -526,13 +542,13 @@ impl Port for AfXdpPort {
     }
 
     fn tx_refused(&mut self, queue: usize, n: u64) {
-        if let Some(q) = self.queues.get_mut(queue) {
+        if let Some(q) = self.queues.get_mut(queue.wrapping_sub(self.base)) {
             q.rings.stats.tx_dropped += n;
         }
     }
 
     fn queue_stats(&self, queue: usize) -> QueueStats {
-        let Some(q) = self.queues.get(queue) else {
+        let Some(q) = self.queues.get(queue.wrapping_sub(self.base)) else {
             return QueueStats::default();
         };
         let mut s = q.rings.stats;
@@ -569,6 +585,36 @@ impl Port for AfXdpPort {
 
     fn take_error(&mut self) -> Option<PortError> {
         self.error.take()
+    }
+
+    /// One part per socket: each queue id has its own XDP socket, UMEM
+    /// and rings, so parts share only the pool (thread-safe; each part
+    /// gets its own receive cache) and the attached program.
+    fn split_queues(&mut self) -> Option<Vec<Box<dyn Port>>> {
+        if self.base != 0 || self.queues.len() != self.count {
+            return None; // already a part
+        }
+        let parts = std::mem::take(&mut self.queues)
+            .into_iter()
+            .enumerate()
+            .map(|(q, xsk)| {
+                Box::new(AfXdpPort {
+                    name: self.name.clone(),
+                    ifname: self.ifname.clone(),
+                    queues: vec![xsk],
+                    base: q,
+                    count: self.count,
+                    pool: self.pool.clone(),
+                    rx_cache: self.pool.cache(RX_CACHE),
+                    mac: self.mac,
+                    zero_copy: self.zero_copy,
+                    native: self.native,
+                    error: None,
+                    _attached: self._attached.clone(),
+                }) as Box<dyn Port>
+            })
+            .collect();
+        Some(parts)
     }
 }
 
