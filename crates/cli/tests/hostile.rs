@@ -236,8 +236,8 @@ fn pktgen_ends_and_accounts_for_frames_in_flight() {
     assert!(line.contains(", lost 0,"), "{line}");
 }
 
-/// Item 11: the data path is pinned where `--cores` says, left to the
-/// kernel without it, and says so.
+/// Item 11: the data path is pinned, where `--cores` says or where it
+/// started, and says so.
 #[test]
 fn the_data_path_says_where_it_is_pinned() {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -254,7 +254,7 @@ fn the_data_path_says_where_it_is_pinned() {
         args.extend(&extra);
         let (code, out) = nfkit(&args, Duration::from_secs(20));
         let want = if extra.is_empty() {
-            "data path: not pinned (--cores LIST pins it)".to_string()
+            "data path: pinned to core".to_string()
         } else {
             format!("data path: pinned to core {first} (--cores)")
         };

@@ -1,11 +1,9 @@
 //! `--cores LIST`: where the data-path thread of `fwd`, `nf` and
 //! `pktgen` runs (issue 14 item 11). A list in DPDK's `-l` form: `3`,
 //! `0-3`, `1,3,5-7`. The data path is pinned to the first core of the
-//! list (the kernel then does not move it between cores, which cost a
-//! third of the packet rate in the issue's AF_XDP measurement). Without
-//! `--cores` it is left to the kernel's scheduler, as a user who has not
-//! set cores aside expects: two unpinned runs started on one core would
-//! otherwise stay there together.
+//! list; without `--cores` it is pinned to the core it starts on (so the
+//! kernel does not move it between cores, which cost a third of the
+//! packet rate in the issue's AF_XDP measurement).
 
 use anyhow::{bail, Result};
 
@@ -74,7 +72,6 @@ pub fn allowed() -> Vec<usize> {
 
 /// The core the calling thread runs on now (`/proc/thread-self/stat`,
 /// field 39), if known.
-#[cfg(test)]
 fn current() -> Option<usize> {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
     // after the command name, which may hold spaces, in parentheses
@@ -82,14 +79,17 @@ fn current() -> Option<usize> {
     rest.split_whitespace().nth(36)?.parse().ok()
 }
 
-/// Pin the calling (data-path) thread to the first core of `cores`;
-/// without a list leave it unpinned. Returns the line to print at
-/// start-up.
+/// Pin the calling (data-path) thread: to the first core of `cores`, or
+/// without a list to the core it runs on now. Returns the line to print
+/// at start-up.
 pub fn pin_data_path(cores: Option<&[usize]>) -> Result<String> {
-    let Some(&core) = cores.and_then(|c| c.first()) else {
-        return Ok("data path: not pinned (--cores LIST pins it)".into());
+    let (core, how) = match cores.and_then(|c| c.first()) {
+        Some(&c) => (c, "--cores"),
+        None => match current() {
+            Some(c) => (c, "the core it started on; --cores LIST to choose"),
+            None => return Ok("data path: not pinned (the current core is unknown)".into()),
+        },
     };
-    let how = "--cores";
     if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
         bail!("cannot pin the data path to core {core}");
     }
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn the_data_path_is_pinned() {
         let line = pin_data_path(None).unwrap();
-        assert!(line.contains("not pinned"), "{line}");
+        assert!(line.contains("pinned to core"), "{line}");
         let first = allowed()[0];
         let line = pin_data_path(Some(&[first])).unwrap();
         assert!(line.contains(&format!("core {first} (--cores)")), "{line}");
