@@ -190,6 +190,9 @@ mod tests {
             MaglevTable::new(2_305_843_009_213_693_951, 3),
             Err(ConfigError::TableTooLarge(_))
         ));
+        if cfg!(miri) {
+            return; // 4 million slots: hours under miri
+        }
         let started = std::time::Instant::now();
         let mut t = MaglevTable::new(MAX_TABLE_SIZE, 2).unwrap();
         t.populate(&[
@@ -201,8 +204,6 @@ mod tests {
             "Maglev table of {MAX_TABLE_SIZE} built in {:?}",
             started.elapsed()
         );
-        if !cfg!(miri) {
-            assert!(MaglevTable::new(65537, 32).is_ok());
-        }
+        assert!(MaglevTable::new(65537, 32).is_ok());
     }
 }
