@@ -7,18 +7,11 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const NFKIT: &str = env!("CARGO_BIN_EXE_nfkit");
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod daemon_client;
+use daemon_client::{ctl, Kill, NFKIT};
 
 /// Start the daemon; (child, metrics HOST:PORT).
 fn daemon(socket: &Path, metrics: &str) -> (Kill, String) {
@@ -46,22 +39,6 @@ fn daemon(socket: &Path, metrics: &str) -> (Kill, String) {
         Kill(child),
         addr.expect("the daemon printed its metrics address"),
     )
-}
-
-fn ctl(socket: &Path, args: &[&str]) -> String {
-    let o = Command::new(NFKIT)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "nfkit ctl {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
 }
 
 /// GET `path` from `addr`: the body.

@@ -6,18 +6,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const NFKIT: &str = env!("CARGO_BIN_EXE_nfkit");
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod daemon_client;
+use daemon_client::{ctl, Kill, NFKIT};
 
 fn daemon(socket: &Path) -> (Kill, String) {
     let mut child = Command::new(NFKIT)
@@ -42,22 +35,6 @@ fn daemon(socket: &Path) -> (Kill, String) {
     }
     std::thread::spawn(move || for _ in lines {});
     (Kill(child), addr.unwrap())
-}
-
-fn ctl(socket: &Path, args: &[&str]) -> String {
-    let o = Command::new(NFKIT)
-        .arg("ctl")
-        .arg("--socket")
-        .arg(socket)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "nfkit ctl {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
 }
 
 fn metric(addr: &str, line_start: &str) -> Option<f64> {
