@@ -120,6 +120,15 @@ enum Cmd {
         /// Stop after this many seconds (default: Ctrl-C).
         #[arg(long)]
         seconds: Option<u64>,
+        /// Pure polling: idle workers never sleep (lowest latency, one
+        /// core per worker at 100%).
+        #[arg(long)]
+        poll: bool,
+        /// Hybrid polling: a worker sleeps after this many microseconds
+        /// without a packet, until a port, its next timer or a control
+        /// request wakes it.
+        #[arg(long, default_value_t = 200)]
+        idle_us: u64,
     },
     /// A long-running pipeline driven over gRPC, wire-compatible with
     /// BESS's bess.pb.BESSControl (pybess, bessctl). Stops on SIGTERM/SIGINT.
@@ -133,6 +142,13 @@ enum Cmd {
         /// Allow a --grpc-url that is not a loopback address.
         #[arg(long)]
         allow_remote: bool,
+        /// Pure polling: idle workers never sleep.
+        #[arg(long)]
+        poll: bool,
+        /// Hybrid polling: a worker sleeps after this many microseconds
+        /// without a packet.
+        #[arg(long, default_value_t = 200)]
+        idle_us: u64,
         /// Largest request accepted, in bytes.
         #[arg(long, default_value_t = nfkit_lab::daemon::DEFAULT_MAX_REQUEST)]
         max_request: usize,
@@ -207,14 +223,7 @@ fn main() -> Result<()> {
             queues,
             force,
             cores,
-            idle: if poll {
-                nfkit_port::IdleOptions::polling()
-            } else {
-                nfkit_port::IdleOptions {
-                    sleep_after: Some(std::time::Duration::from_micros(idle_us)),
-                    ..nfkit_port::IdleOptions::default()
-                }
-            },
+            idle: idle_options(poll, idle_us),
         })?,
         Cmd::Pktgen {
             ports,
@@ -263,7 +272,15 @@ fn main() -> Result<()> {
             summary.check()?;
         }
         Cmd::Bench { args } => std::process::exit(nfkit::bench::run(&args)?),
-        Cmd::Run { file, seconds } => print!("{}", nfkit_lab::run::run(&file, seconds)?),
+        Cmd::Run {
+            file,
+            seconds,
+            poll,
+            idle_us,
+        } => print!(
+            "{}",
+            nfkit_lab::run::run(&file, seconds, idle_options(poll, idle_us))?
+        ),
         Cmd::Daemon {
             socket,
             grpc_url,
@@ -271,6 +288,8 @@ fn main() -> Result<()> {
             max_request,
             config,
             metrics,
+            poll,
+            idle_us,
         } => nfkit_lab::daemon::run(nfkit_lab::daemon::Options {
             socket,
             grpc_url,
@@ -278,6 +297,7 @@ fn main() -> Result<()> {
             max_request,
             config,
             metrics,
+            idle: idle_options(poll, idle_us),
             ..Default::default()
         })?,
         Cmd::Ctl {
@@ -307,5 +327,17 @@ fn parse_model(s: &str) -> Result<Model, String> {
     match s.parse()? {
         m @ (Model::Agent | Model::Queue) => Ok(m),
         m => Err(format!("--model {m}: expected agent or queue")),
+    }
+}
+
+/// `--poll` / `--idle-us N` as idle options.
+fn idle_options(poll: bool, idle_us: u64) -> nfkit_port::IdleOptions {
+    if poll {
+        nfkit_port::IdleOptions::polling()
+    } else {
+        nfkit_port::IdleOptions {
+            sleep_after: Some(std::time::Duration::from_micros(idle_us)),
+            ..nfkit_port::IdleOptions::default()
+        }
     }
 }

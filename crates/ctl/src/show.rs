@@ -273,10 +273,17 @@ pub fn version(ctl: &mut Ctl) -> Result<String, CtlError> {
     Ok(format!("{}\n", ctl.version()?))
 }
 
-/// `show worker`, as bessctl prints it.
+/// `show worker`, as bessctl prints it, plus where each worker's time
+/// went (nfkit's fields): busy, polling idle and asleep, as shares of its
+/// running time, and its number of sleeps (hybrid polling).
 pub fn workers(ctl: &mut Ctl) -> Result<String, CtlError> {
-    let mut out = format!("{:>5} {:>5} {:<8} {:>6}\n", "WID", "CORE", "STATUS", "TCs");
+    let mut out = format!(
+        "{:>5} {:>5} {:<8} {:>6} {:>7} {:>7} {:>7} {:>10}\n",
+        "WID", "CORE", "STATUS", "TCs", "BUSY", "IDLE", "ASLEEP", "SLEEPS"
+    );
     for w in ctl.workers()? {
+        let total = (w.busy_ns + w.idle_ns + w.asleep_ns).max(1) as f64;
+        let pct = |ns: u64| format!("{:.1}%", 100.0 * ns as f64 / total);
         let core = if w.core < 0 {
             "-".to_string()
         } else {
@@ -284,11 +291,15 @@ pub fn workers(ctl: &mut Ctl) -> Result<String, CtlError> {
         };
         let _ = writeln!(
             out,
-            "{:>5} {:>5} {:<8} {:>6}",
+            "{:>5} {:>5} {:<8} {:>6} {:>7} {:>7} {:>7} {:>10}",
             w.wid,
             core,
             if w.running { "RUNNING" } else { "PAUSED" },
-            w.num_tcs
+            w.num_tcs,
+            pct(w.busy_ns),
+            pct(w.idle_ns),
+            pct(w.asleep_ns),
+            thousands(w.sleeps)
         );
     }
     Ok(out)

@@ -77,6 +77,8 @@ pub struct Options {
     /// Serve Prometheus metrics on `HOST:PORT` ([`metrics`]; loopback
     /// only unless `allow_remote`).
     pub metrics: Option<String>,
+    /// Hybrid polling (idle workers sleep, the default) or pure polling.
+    pub idle: nfkit_port::IdleOptions,
 }
 
 impl Default for Options {
@@ -89,6 +91,7 @@ impl Default for Options {
             control_threads: 2,
             config: None,
             metrics: None,
+            idle: nfkit_port::IdleOptions::default(),
         }
     }
 }
@@ -197,6 +200,7 @@ async fn serve(
     let _guard = RemoveOnDrop(path.clone());
 
     let mut daemon = Daemon::new(open).map_err(StartError::Daemon)?;
+    daemon.set_idle(opts.idle).map_err(StartError::Daemon)?;
     if let Some(file) = &opts.config {
         let src = std::fs::read_to_string(file).map_err(|e| {
             StartError::Daemon(Fail::noent(format!("cannot read {}: {e}", file.display())))

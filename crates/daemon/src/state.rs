@@ -292,6 +292,24 @@ impl Daemon {
         }
     }
 
+    /// Hybrid polling (the default) or pure polling for the workers
+    /// (`nfkit daemon --poll`, `--idle-us`); running workers restart
+    /// with it.
+    pub fn set_idle(&mut self, opts: nfkit_port::IdleOptions) -> Res<()> {
+        self.pipeline.set_idle(opts);
+        if self.pipeline.is_running() {
+            self.pipeline.pause()?;
+            self.pipeline.start()?;
+        }
+        Ok(())
+    }
+
+    /// The kernel thread id of each worker's thread (its CPU time is in
+    /// `/proc/self/task/TID/schedstat`).
+    pub fn worker_tids(&self) -> Vec<Option<u32>> {
+        self.pipeline.worker_tids()
+    }
+
     /// How many times the running workers have been paused (by
     /// changes, commands and PauseAll).
     pub fn pauses(&self) -> u64 {
@@ -318,14 +336,20 @@ impl Daemon {
         let g = self.pipeline.graph();
         let attached = g.attachment_list();
         let tcs = g.tc_list();
+        let stats = self.pipeline.stats().workers;
         pb::ListWorkersResponse {
             error: None,
             workers_status: g
                 .worker_list()
                 .into_iter()
                 .enumerate()
-                .map(
-                    |(i, (name, core))| pb::list_workers_response::WorkerStatus {
+                .map(|(i, (name, core))| {
+                    let (busy_ns, idle_ns, asleep_ns) = stats
+                        .iter()
+                        .find(|w| w.name == name)
+                        .map(|w| w.sched.split())
+                        .unwrap_or_default();
+                    pb::list_workers_response::WorkerStatus {
                         wid: wid_of(&name),
                         core: core.map(|c| c as i64).unwrap_or(-1),
                         running: self.pipeline.is_running(),
@@ -333,8 +357,15 @@ impl Daemon {
                             + attached.iter().filter(|a| a.1 == i).count())
                             as i64,
                         silent_drops: 0,
-                    },
-                )
+                        busy_ns,
+                        idle_ns,
+                        asleep_ns,
+                        sleeps: stats
+                            .iter()
+                            .find(|w| w.name == name)
+                            .map_or(0, |w| w.sched.sleeps),
+                    }
+                })
                 .collect(),
         }
     }

@@ -14,7 +14,11 @@ use std::time::Duration;
 /// Queues per simulated port (examples use up to 2 for duplication).
 const SIM_QUEUES: usize = 2;
 
-pub fn run(path: &Path, seconds: Option<u64>) -> Result<nfkit_pipeline::PipelineStats> {
+pub fn run(
+    path: &Path,
+    seconds: Option<u64>,
+    idle: nfkit_port::IdleOptions,
+) -> Result<nfkit_pipeline::PipelineStats> {
     let desc = nfkit_pipeline::load(path)?;
     let lab = SimLab::new(
         SimWire::Load {
@@ -30,6 +34,7 @@ pub fn run(path: &Path, seconds: Option<u64>) -> Result<nfkit_pipeline::Pipeline
     let mut pipeline = desc
         .build(&open)
         .with_context(|| format!("building {}", path.display()))?;
+    pipeline.set_idle(idle);
     lab.start_load();
     let stop = stop_flag(None);
     let limit = seconds.map(Duration::from_secs);

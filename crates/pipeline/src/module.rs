@@ -51,6 +51,15 @@ pub trait Module: Send {
     }
     /// Produce packets into the output gates (only if [`is_task`](Module::is_task)).
     fn run_task(&mut self, _ctx: &mut Ctx<'_>) {}
+    /// Whether an idle worker may sleep over this task: once a run found
+    /// nothing to do, only a packet on a receive queue it declares in
+    /// [`ports`](Module::ports) (whose descriptor then wakes the worker)
+    /// or its class's rate-limit timer gives it work again. The default,
+    /// false, keeps the worker polling (a task fed by another worker, or
+    /// paced by its own clock).
+    fn task_sleeps(&self) -> bool {
+        false
+    }
     /// For a module whose input side and task may run on different
     /// workers (the `Queue`): a second module that runs only the task,
     /// sharing state with `self`. `None` means the module cannot span

@@ -12,7 +12,7 @@ use crate::counters::ModuleStats;
 use crate::graph::{Graph, GraphError, WorkerPlan};
 use crate::runtime::Runtime;
 use crate::sched::{SchedClock, SchedCounters, SchedStats, Scheduler, TcStats};
-use nfkit_port::QueueStats;
+use nfkit_port::{Idle, IdleOptions, QueueStats, Waker};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
@@ -60,6 +60,8 @@ pub enum PipelineError {
 struct WorkerState {
     runtime: Runtime,
     sched: Scheduler,
+    /// Hybrid polling or pure polling, as the pipeline was told.
+    idle: IdleOptions,
 }
 
 struct WorkerThread {
@@ -68,6 +70,21 @@ struct WorkerThread {
     back: mpsc::Receiver<WorkerState>,
     /// [`RUN`], [`PAUSE`] or [`PUBLISH`]: read once a round.
     pause: Arc<AtomicU8>,
+    /// Wakes the worker if it sleeps (after each change of `pause`);
+    /// `None` if no eventfd could be made (the worker then never sleeps).
+    waker: Option<Waker>,
+    /// The thread's kernel id (for its CPU time in `/proc`).
+    tid: Arc<std::sync::OnceLock<u32>>,
+}
+
+impl WorkerThread {
+    /// Set the worker's flag and wake it if it sleeps.
+    fn signal(&self, flag: u8) {
+        self.pause.store(flag, Ordering::SeqCst);
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
 }
 
 /// Worker flag: run rounds.
@@ -89,6 +106,8 @@ pub struct Pipeline {
     sched_counters: Vec<Arc<SchedCounters>>,
     /// Times the running workers were paused (edits, commands, pauses).
     pauses: u64,
+    /// Whether idle workers sleep (hybrid polling, the default) or poll.
+    idle: IdleOptions,
 }
 
 impl Pipeline {
@@ -103,6 +122,7 @@ impl Pipeline {
             threads: Vec::new(),
             sched_counters: Vec::new(),
             pauses: 0,
+            idle: IdleOptions::default(),
         };
         p.commit()?;
         Ok(p)
@@ -126,6 +146,30 @@ impl Pipeline {
         self.running
     }
 
+    /// Hybrid polling (the default: a worker idle for
+    /// [`IdleOptions::sleep_after`] sleeps on its receive queues' wake-up
+    /// descriptors until a packet, its next rate-limit timer or a control
+    /// request) or pure polling ([`IdleOptions::polling`]). A worker
+    /// sleeps only if every task it runs allows it
+    /// ([`Module::task_sleeps`](crate::Module::task_sleeps)) and every
+    /// queue it polls can wake it; with a virtual clock it always polls.
+    /// Applies from the next start.
+    pub fn set_idle(&mut self, opts: IdleOptions) {
+        self.idle = opts;
+    }
+
+    pub fn idle(&self) -> IdleOptions {
+        self.idle
+    }
+
+    /// The kernel thread id of each worker's thread (`None` before its
+    /// first start): its CPU time is in `/proc/self/task/TID/schedstat`.
+    pub fn worker_tids(&self) -> Vec<Option<u32>> {
+        (0..self.graph.workers.len())
+            .map(|w| self.threads.get(w).and_then(|t| t.tid.get().copied()))
+            .collect()
+    }
+
     /// How many times running workers have been paused so far.
     pub fn pauses(&self) -> u64 {
         self.pauses
@@ -145,6 +189,7 @@ impl Pipeline {
                     runtime,
                     sched: Scheduler::new(tree, self.clock.clone())
                         .with_counters(self.sched_counters[w].clone()),
+                    idle: self.idle,
                 }
             })
             .collect();
@@ -195,6 +240,7 @@ impl Pipeline {
             }
             let t = &self.threads[w];
             t.pause.store(RUN, Ordering::SeqCst);
+            st.idle = self.idle;
             if t.cmd.send(st).is_err() {
                 return Err(PipelineError::WorkerLost(
                     self.graph.workers[w].name.clone(),
@@ -230,25 +276,55 @@ impl Pipeline {
         let pause = Arc::new(AtomicU8::new(RUN));
         let flag = pause.clone();
         let name = spec.name.clone();
+        let waker = match Waker::new() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(worker = %name, error = %e, "no eventfd to wake the worker: it will not sleep when idle");
+                None
+            }
+        };
+        let wake = waker.clone();
+        let tid = Arc::new(std::sync::OnceLock::new());
+        let my_tid = tid.clone();
         let handle = std::thread::Builder::new()
             .name(format!("nfkit-{name}"))
             // A walk may cross `graph::MAX_DEPTH` modules, a few stack
             // frames each.
             .stack_size(WORKER_STACK)
             .spawn(move || {
+                // `/proc/thread-self` links to `PID/task/TID`.
+                if let Some(t) = std::fs::read_link("/proc/thread-self")
+                    .ok()
+                    .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+                {
+                    let _ = my_tid.set(t);
+                }
                 if let Some(core) = core {
                     if !core_affinity::set_for_current(core) {
                         tracing::warn!(worker = %name, core = core.id, "could not pin the worker");
                     }
                 }
                 while let Ok(mut st) = cmd_rx.recv() {
+                    // Afresh for each run: the ports may have changed.
+                    let mut idle = Idle::new(st.idle);
+                    idle.set_control(wake.as_ref().map(Waker::fd));
+                    let tasks = st.sched.tree.tasks().count();
+                    let sleepy = wake.is_some()
+                        && st.idle.sleep_after.is_some()
+                        && st.sched.clock().is_real()
+                        && st.runtime.tasks_sleep(st.sched.tree.tasks());
                     st.sched.resync();
                     // One relaxed load a round: free next to a task run.
                     loop {
                         match flag.load(Ordering::Relaxed) {
                             RUN => {
                                 let rt = &mut st.runtime;
-                                st.sched.run_once(|task, now| rt.run_task(task, now));
+                                let n = st.sched.run_counted(|task, now| rt.run_task(task, now));
+                                if sleepy && idle.round(n.is_some_and(|n| n > 0)) {
+                                    if let Some(w) = &wake {
+                                        sleep(&mut st, &mut idle, tasks, &flag, w);
+                                    }
+                                }
                             }
                             PUBLISH => {
                                 st.runtime.ports.publish();
@@ -274,6 +350,8 @@ impl Pipeline {
             cmd: cmd_tx,
             back: back_rx,
             pause,
+            waker,
+            tid,
         })
     }
 
@@ -285,7 +363,7 @@ impl Pipeline {
         }
         self.pauses += 1;
         for t in &self.threads {
-            t.pause.store(PAUSE, Ordering::SeqCst);
+            t.signal(PAUSE);
         }
         let mut states = Vec::new();
         let mut lost = None;
@@ -321,9 +399,16 @@ impl Pipeline {
             .threads
             .iter()
             .filter(|t| {
-                t.pause
+                let asked = t
+                    .pause
                     .compare_exchange(RUN, PUBLISH, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
+                    .is_ok();
+                if asked {
+                    if let Some(w) = &t.waker {
+                        w.wake();
+                    }
+                }
+                asked
             })
             .collect();
         let until = std::time::Instant::now() + timeout;
@@ -602,7 +687,47 @@ fn snapshot(c: &SchedCounters) -> SchedStats {
         empty_rounds: c.empty_rounds.get(),
         idle_ns: c.idle_ns.get(),
         busy_ns: c.busy_ns.get(),
+        empty_ns: c.empty_ns.get(),
+        asleep_ns: c.asleep_ns.get(),
+        sleeps: c.sleeps.get(),
     }
+}
+
+/// An idle worker's sleep (hybrid polling): arm its receive queues, run
+/// a round over every task once more (`tasks` rounds twice: the re-check
+/// that finds a packet which arrived before the arm and signalled
+/// nothing), and if that found nothing sleep until a queue's descriptor,
+/// the next rate-limit timer, a control request (`waker`) or the
+/// longest sleep.
+fn sleep(st: &mut WorkerState, idle: &mut Idle, tasks: usize, flag: &AtomicU8, waker: &Waker) {
+    let deadline = st.sched.next_deadline();
+    if !idle.arm_set(&mut st.runtime.wake_set()) {
+        return;
+    }
+    let mut found = false;
+    for _ in 0..2 * tasks.max(1) {
+        if flag.load(Ordering::Relaxed) != RUN {
+            found = true;
+            break;
+        }
+        let rt = &mut st.runtime;
+        if st
+            .sched
+            .run_counted(|task, now| rt.run_task(task, now))
+            .is_some_and(|n| n > 0)
+        {
+            found = true;
+            break;
+        }
+    }
+    if found {
+        idle.found_set(&mut st.runtime.wake_set());
+        return;
+    }
+    let t = std::time::Instant::now();
+    idle.wait_set(&mut st.runtime.wake_set(), deadline);
+    waker.drain();
+    st.sched.slept(t.elapsed().as_nanos() as u64);
 }
 
 /// One connection and its traffic.
@@ -675,13 +800,15 @@ impl fmt::Display for PipelineStats {
         for w in &self.workers {
             writeln!(
                 f,
-                "worker {}{}: rounds={} empty={} busy_ns={} idle_ns={}",
+                "worker {}{}: rounds={} empty={} busy_ns={} idle_ns={} asleep_ns={} sleeps={}",
                 w.name,
                 w.core.map(|c| format!(" (core {c})")).unwrap_or_default(),
                 w.sched.rounds,
                 w.sched.empty_rounds,
                 w.sched.busy_ns,
-                w.sched.idle_ns
+                w.sched.idle_ns,
+                w.sched.asleep_ns,
+                w.sched.sleeps
             )?;
             for c in &w.classes {
                 writeln!(

@@ -19,7 +19,7 @@
 //! boundary.
 
 use nfkit_hw::Batch;
-use nfkit_port::{Port, QueueStats};
+use nfkit_port::{Port, QueueStats, RxWake};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -540,6 +540,43 @@ impl Owners {
             .iter()
             .filter(|(p, d, ..)| p.same(port) && *d == Dir::Rx)
             .any(|&(_, _, q, w, _)| owner(Dir::Tx, q).is_some_and(|t| t != w))
+    }
+}
+
+/// The receive queues one worker polls, as the set its sleeps watch.
+pub struct WorkerWake<'a> {
+    table: &'a mut PortTable,
+    queues: &'a [(usize, usize)],
+}
+
+impl<'a> WorkerWake<'a> {
+    pub(crate) fn new(table: &'a mut PortTable, queues: &'a [(usize, usize)]) -> Self {
+        WorkerWake { table, queues }
+    }
+}
+
+impl nfkit_port::WakeSet for WorkerWake<'_> {
+    fn len(&self) -> usize {
+        self.queues.len()
+    }
+    fn label(&self, i: usize) -> String {
+        let (p, q) = self.queues[i];
+        format!("port `{}` queue {q}", self.table.plan[p].0.name())
+    }
+    fn rx_wake(&mut self, i: usize) -> RxWake {
+        let (p, q) = self.queues[i];
+        // A queue this worker does not hold now: nothing to watch.
+        self.table
+            .with(p, q, |port| port.rx_wake(q))
+            .unwrap_or(RxWake::Never)
+    }
+    fn rx_arm(&mut self, i: usize) -> bool {
+        let (p, q) = self.queues[i];
+        self.table.with(p, q, |port| port.rx_arm(q)).unwrap_or(true)
+    }
+    fn rx_disarm(&mut self, i: usize) {
+        let (p, q) = self.queues[i];
+        self.table.with(p, q, |port| port.rx_disarm(q));
     }
 }
 

@@ -78,6 +78,9 @@ pub(crate) struct Runtime {
     /// What the running module dropped; freed in runs after each call.
     trash: Batch,
     worker: usize,
+    /// The receive queues this worker's modules poll: (table index,
+    /// queue), what a sleeping worker watches.
+    rx_queues: Vec<(usize, usize)>,
 }
 
 impl Runtime {
@@ -91,6 +94,7 @@ impl Runtime {
             spare: (0..depth.max(1)).map(|_| Batch::new()).collect(),
             trash: Batch::new(),
             worker: 0,
+            rx_queues: Vec::new(),
         }
     }
 
@@ -103,12 +107,38 @@ impl Runtime {
             .iter()
             .map(|u| {
                 if owners.owns(u, w) {
-                    self.ports.plan(&u.port, owners.claim(&u.port, w))
+                    let i = self.ports.plan(&u.port, owners.claim(&u.port, w));
+                    if u.dir == crate::ports::Dir::Rx {
+                        for q in u.resolve(w) {
+                            if !self.rx_queues.contains(&(i, q)) {
+                                self.rx_queues.push((i, q));
+                            }
+                        }
+                    }
+                    i
                 } else {
                     usize::MAX
                 }
             })
             .collect()
+    }
+
+    /// Whether this worker may sleep when idle: every task it runs
+    /// ([`Module::task_sleeps`](crate::Module::task_sleeps)) gets work
+    /// only from its receive queues or its class's timer.
+    pub fn tasks_sleep(&self, tasks: impl IntoIterator<Item = usize>) -> bool {
+        tasks.into_iter().all(|t| {
+            self.slots
+                .get(t)
+                .and_then(|s| s.as_ref())
+                .is_some_and(|s| s.module.task_sleeps())
+        })
+    }
+
+    /// The receive queues this worker polls, as a set a sleeping loop
+    /// watches.
+    pub fn wake_set(&mut self) -> crate::ports::WorkerWake<'_> {
+        crate::ports::WorkerWake::new(&mut self.ports, &self.rx_queues)
     }
 
     pub fn set_worker(&mut self, worker: usize) {

@@ -59,6 +59,91 @@ pub fn readable_now(fd: RawFd) -> bool {
     matches!(crate::sys::poll(&mut p, 0), Ok(1)) && p[0].revents & libc::POLLIN != 0
 }
 
+/// What another thread uses to wake a sleeping loop at once (a control
+/// request: pause, statistics, a module command): an `eventfd` the loop
+/// watches next to its ports ([`Idle::set_control`]). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Waker(std::sync::Arc<std::fs::File>);
+
+impl Waker {
+    pub fn new() -> std::io::Result<Waker> {
+        Ok(Waker(std::sync::Arc::new(std::fs::File::from(
+            crate::sys::eventfd()?,
+        ))))
+    }
+    /// Wake the loop (a no-op while it runs; the next sleep returns at
+    /// once, and the loop drains it with [`Waker::drain`]).
+    pub fn wake(&self) {
+        use std::io::Write;
+        // EAGAIN: the counter is full, the loop is woken anyway.
+        let _ = (&*self.0).write(&1u64.to_ne_bytes());
+    }
+    /// Reset the counter (the loop, after a wake-up).
+    pub fn drain(&self) {
+        use std::io::Read;
+        let mut b = [0u8; 8];
+        let _ = (&*self.0).read(&mut b);
+    }
+    pub fn fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+}
+
+/// The receive queues a sleeping loop watches, numbered `0..len()`
+/// (a slice of ports gives every receive queue of each; a pipeline
+/// worker the queues its tasks poll).
+pub trait WakeSet {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// What queue `i` names in log lines (`port `p` queue 0`).
+    fn label(&self, i: usize) -> String;
+    fn rx_wake(&mut self, i: usize) -> RxWake;
+    fn rx_arm(&mut self, i: usize) -> bool;
+    fn rx_disarm(&mut self, i: usize);
+}
+
+/// Every receive queue of every port of a slice, as a [`WakeSet`].
+struct PortQueues<'a, 'b> {
+    ports: &'a mut [&'b mut dyn Port],
+    at: Vec<(usize, usize)>,
+}
+
+impl<'a, 'b> PortQueues<'a, 'b> {
+    fn new(ports: &'a mut [&'b mut dyn Port]) -> Self {
+        let at = ports
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| (0..p.rx_queues()).map(move |q| (i, q)))
+            .collect();
+        PortQueues { ports, at }
+    }
+}
+
+impl WakeSet for PortQueues<'_, '_> {
+    fn len(&self) -> usize {
+        self.at.len()
+    }
+    fn label(&self, i: usize) -> String {
+        let (p, q) = self.at[i];
+        format!("port `{}` queue {q}", self.ports[p].name())
+    }
+    fn rx_wake(&mut self, i: usize) -> RxWake {
+        let (p, q) = self.at[i];
+        self.ports[p].rx_wake(q)
+    }
+    fn rx_arm(&mut self, i: usize) -> bool {
+        let (p, q) = self.at[i];
+        self.ports[p].rx_arm(q)
+    }
+    fn rx_disarm(&mut self, i: usize) {
+        let (p, q) = self.at[i];
+        self.ports[p].rx_disarm(q)
+    }
+}
+
 /// The idle period before a loop sleeps (see the module documentation).
 pub const DEFAULT_SLEEP_AFTER: Duration = Duration::from_micros(200);
 
@@ -187,12 +272,15 @@ pub struct Idle {
     /// The last sleep ended on the timer.
     after_timeout: bool,
     fds: Vec<libc::pollfd>,
-    /// (port index, queue) of each entry of `fds`.
-    armed: Vec<(usize, usize)>,
+    /// The queue (in the wake set) of each entry of `fds`, but the
+    /// control descriptor's (last, if any).
+    armed: Vec<usize>,
     /// Queues whose descriptor reported an error or hang-up (a port
     /// that gives a new descriptor, a reconnected frontend, is watched
     /// again).
-    broken: Vec<(usize, usize, RawFd)>,
+    broken: Vec<(usize, RawFd)>,
+    /// Also watched in every sleep ([`Idle::set_control`]).
+    control: Option<RawFd>,
     #[cfg(test)]
     naive: bool,
 }
@@ -209,6 +297,7 @@ impl Idle {
             fds: Vec::new(),
             armed: Vec::new(),
             broken: Vec::new(),
+            control: None,
             #[cfg(test)]
             naive: false,
         }
@@ -216,6 +305,12 @@ impl Idle {
 
     pub fn options(&self) -> IdleOptions {
         self.opts
+    }
+
+    /// Watch `fd` (a [`Waker`]'s) in every sleep too: it ends the sleep
+    /// at once when readable (the caller drains it).
+    pub fn set_control(&mut self, fd: Option<RawFd>) {
+        self.control = fd;
     }
 
     /// The counters, with `busy` = `elapsed` less the idle and asleep
@@ -295,6 +390,23 @@ impl Idle {
     /// re-check); then [`Idle::found`] if it moved packets, else
     /// [`Idle::wait`]. False: keep polling (nothing is armed).
     pub fn arm(&mut self, ports: &mut [&mut dyn Port]) -> bool {
+        self.arm_set(&mut PortQueues::new(ports))
+    }
+
+    /// The re-check after [`Idle::arm`] found packets: disarm, keep
+    /// polling.
+    pub fn found(&mut self, ports: &mut [&mut dyn Port]) {
+        self.found_set(&mut PortQueues::new(ports))
+    }
+
+    /// The re-check after [`Idle::arm`] found nothing: sleep until a port
+    /// signals, `deadline` or [`IdleOptions::max_sleep`], then disarm.
+    pub fn wait(&mut self, ports: &mut [&mut dyn Port], deadline: Option<Instant>) {
+        self.wait_set(&mut PortQueues::new(ports), deadline)
+    }
+
+    /// [`Idle::arm`] over any [`WakeSet`].
+    pub fn arm_set(&mut self, set: &mut dyn WakeSet) -> bool {
         let now = Instant::now();
         if let Some(t) = self.idle_since.take() {
             self.times.polling_idle += now - t;
@@ -302,54 +414,60 @@ impl Idle {
         self.fds.clear();
         self.armed.clear();
         let mut unable = None;
-        'ports: for (i, p) in ports.iter_mut().enumerate() {
-            for q in 0..p.rx_queues() {
-                match p.rx_wake(q) {
-                    RxWake::Never => {}
-                    RxWake::Poll => {
-                        unable = Some((p.name().to_string(), q, "it has no notification"));
-                        break 'ports;
+        for i in 0..set.len() {
+            match set.rx_wake(i) {
+                RxWake::Never => {}
+                RxWake::Poll => {
+                    unable = Some((i, "it has no notification"));
+                    break;
+                }
+                RxWake::Fd(fd) => {
+                    if self.broken.contains(&(i, fd)) {
+                        unable = Some((i, "its descriptor failed"));
+                        break;
                     }
-                    RxWake::Fd(fd) => {
-                        if self.broken.contains(&(i, q, fd)) {
-                            unable = Some((p.name().to_string(), q, "its descriptor failed"));
-                            break 'ports;
-                        }
-                        if !p.rx_arm(q) {
-                            unable = Some((p.name().to_string(), q, "arming failed"));
-                            break 'ports;
-                        }
-                        self.fds.push(libc::pollfd {
-                            fd,
-                            events: libc::POLLIN,
-                            revents: 0,
-                        });
-                        self.armed.push((i, q));
+                    if !set.rx_arm(i) {
+                        unable = Some((i, "arming failed"));
+                        break;
                     }
+                    self.fds.push(libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
+                    self.armed.push(i);
                 }
             }
         }
-        if let Some((name, q, why)) = unable {
-            self.disarm(ports);
+        if let Some((i, why)) = unable {
+            self.disarm(set);
             self.times.fallbacks += 1;
             self.cannot_sleep = true;
-            tracing::info!("port `{name}` queue {q} cannot wake a sleeping loop ({why}): polling");
+            tracing::info!(
+                "{} cannot wake a sleeping loop ({why}): polling",
+                set.label(i)
+            );
             self.idle_since = Some(Instant::now());
             return false;
+        }
+        if let Some(fd) = self.control {
+            self.fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
         }
         true
     }
 
-    /// The re-check after [`Idle::arm`] found packets: disarm, keep
-    /// polling.
-    pub fn found(&mut self, ports: &mut [&mut dyn Port]) {
+    /// [`Idle::found`] over any [`WakeSet`].
+    pub fn found_set(&mut self, set: &mut dyn WakeSet) {
         self.times.rechecks += 1;
-        self.disarm(ports);
+        self.disarm(set);
     }
 
-    /// The re-check after [`Idle::arm`] found nothing: sleep until a port
-    /// signals, `deadline` or [`IdleOptions::max_sleep`], then disarm.
-    pub fn wait(&mut self, ports: &mut [&mut dyn Port], deadline: Option<Instant>) {
+    /// [`Idle::wait`] over any [`WakeSet`].
+    pub fn wait_set(&mut self, set: &mut dyn WakeSet, deadline: Option<Instant>) {
         let now = Instant::now();
         let mut until = now + self.opts.max_sleep;
         if let Some(d) = deadline {
@@ -368,13 +486,13 @@ impl Idle {
                 Ok(0) => {}
                 Ok(_) => {
                     timed_out = false;
-                    for (f, &(i, q)) in self.fds.iter().zip(&self.armed) {
+                    for (f, &i) in self.fds.iter().zip(&self.armed) {
                         let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
-                        if f.revents & bad != 0 && !self.broken.contains(&(i, q, f.fd)) {
-                            self.broken.push((i, q, f.fd));
+                        if f.revents & bad != 0 && !self.broken.contains(&(i, f.fd)) {
+                            self.broken.push((i, f.fd));
                             tracing::warn!(
-                                "port `{}` queue {q}: its wake-up descriptor reports an error (poll events {:#x}); polling that queue",
-                                ports[i].name(),
+                                "{}: its wake-up descriptor reports an error (poll events {:#x}); polling that queue",
+                                set.label(i),
                                 f.revents
                             );
                         }
@@ -395,7 +513,7 @@ impl Idle {
                 self.times.woken += 1;
             }
         }
-        self.disarm(ports);
+        self.disarm(set);
         // After a timer wake-up the loop may sleep again at its next empty
         // round; after a port's, it polls for a whole idle period first.
         let t = Instant::now();
@@ -406,9 +524,9 @@ impl Idle {
         self.empty = CLOCK_EVERY;
     }
 
-    fn disarm(&mut self, ports: &mut [&mut dyn Port]) {
-        for &(i, q) in &self.armed {
-            ports[i].rx_disarm(q);
+    fn disarm(&mut self, set: &mut dyn WakeSet) {
+        for &i in &self.armed {
+            set.rx_disarm(i);
         }
         self.armed.clear();
     }

@@ -341,6 +341,14 @@ pub fn is_permission(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
 }
 
+/// `eventfd(2)`, non-blocking and close-on-exec: a counter another
+/// thread writes to wake a loop asleep in [`poll`].
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: no pointers; a fresh descriptor is owned by the OwnedFd.
+    let fd = check(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+    Ok(own(fd))
+}
+
 /// `poll(2)` on `fds` for up to `timeout_ms` milliseconds (the hybrid
 /// loops' sleep: only after an idle period, never per packet). Returns
 /// how many descriptors have events; `EINTR` counts as a wake-up with

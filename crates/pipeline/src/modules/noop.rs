@@ -27,6 +27,9 @@ impl Module for NoOp {
     fn is_task(&self) -> bool {
         true
     }
+    fn task_sleeps(&self) -> bool {
+        true
+    }
 }
 
 fn build(_: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {

@@ -100,6 +100,9 @@ impl Module for PortInc {
     fn is_task(&self) -> bool {
         true
     }
+    fn task_sleeps(&self) -> bool {
+        true
+    }
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
         self.receive(ctx);
         let want = self.burst.next();

@@ -42,6 +42,9 @@ impl Module for Source {
     fn is_task(&self) -> bool {
         true
     }
+    fn task_sleeps(&self) -> bool {
+        true
+    }
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
         let mut made = 0;
         if let Some(out) = ctx.output(0) {

@@ -10,6 +10,11 @@ pub trait SchedClock: Send + Sync {
     fn now_ns(&self) -> u64;
     /// Nothing is runnable until `t`: wait (a virtual clock jumps there).
     fn idle_until(&self, t: u64);
+    /// Whether this is wall-clock time (a worker may then sleep on its
+    /// ports when idle; a virtual clock's tests keep polling).
+    fn is_real(&self) -> bool {
+        true
+    }
 }
 
 /// The monotonic clock: nfkit-hw's, read from the time-stamp counter
@@ -40,6 +45,9 @@ impl SchedClock for SystemClock {
 }
 
 impl SchedClock for VirtualClock {
+    fn is_real(&self) -> bool {
+        false
+    }
     fn now_ns(&self) -> u64 {
         nfkit_hw::Clock::now(self).as_nanos() as u64
     }

@@ -276,6 +276,14 @@ impl TcTree {
         }
     }
 
+    /// The tasks of every leaf.
+    pub fn tasks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.classes.iter().filter_map(|c| match c.policy {
+            Policy::Leaf(t) => Some(t),
+            _ => None,
+        })
+    }
+
     /// The earliest pending wake-up.
     pub fn next_wakeup(&self) -> Option<u64> {
         self.wakeups.peek().map(|w| w.0 .0)
@@ -344,7 +352,13 @@ pub struct SchedCounters {
     pub empty_rounds: Counter,
     /// Time with no runnable class (waiting for a rate limit).
     pub idle_ns: Counter,
+    /// Time in rounds (`empty_ns` of it in rounds that moved nothing).
     pub busy_ns: Counter,
+    pub empty_ns: Counter,
+    /// Time asleep after an idle period (hybrid polling), outside the
+    /// rounds; and how many sleeps.
+    pub asleep_ns: Counter,
+    pub sleeps: Counter,
 }
 
 /// A copy of [`SchedCounters`].
@@ -354,6 +368,21 @@ pub struct SchedStats {
     pub empty_rounds: u64,
     pub idle_ns: u64,
     pub busy_ns: u64,
+    pub empty_ns: u64,
+    pub asleep_ns: u64,
+    pub sleeps: u64,
+}
+
+impl SchedStats {
+    /// (busy, polling idle, asleep) in nanoseconds: rounds that moved
+    /// packets; empty rounds plus waits for a rate limit; sleeps.
+    pub fn split(&self) -> (u64, u64, u64) {
+        (
+            self.busy_ns.saturating_sub(self.empty_ns),
+            self.empty_ns + self.idle_ns,
+            self.asleep_ns,
+        )
+    }
 }
 
 /// Longest idle wait before the loop looks around again (pause requests).
@@ -402,6 +431,9 @@ impl Scheduler {
             empty_rounds: c.empty_rounds.get(),
             idle_ns: c.idle_ns.get(),
             busy_ns: c.busy_ns.get(),
+            empty_ns: c.empty_ns.get(),
+            asleep_ns: c.asleep_ns.get(),
+            sleeps: c.sleeps.get(),
         }
     }
 
@@ -415,7 +447,13 @@ impl Scheduler {
     /// which returns (packets, bits) produced; or, if no class can run,
     /// wait for the next wake-up and count the time as idle. Returns
     /// whether a task ran.
-    pub fn run_once(&mut self, mut run: impl FnMut(usize, u64) -> (u64, u64)) -> bool {
+    pub fn run_once(&mut self, run: impl FnMut(usize, u64) -> (u64, u64)) -> bool {
+        self.run_counted(run).is_some()
+    }
+
+    /// [`Scheduler::run_once`], returning the packets the task produced
+    /// (`None`: no class could run, the loop waited).
+    pub fn run_counted(&mut self, mut run: impl FnMut(usize, u64) -> (u64, u64)) -> Option<u64> {
         let mut now = self.last_ns;
         self.tree.wake(now);
         let mut next = self.tree.pick();
@@ -435,7 +473,7 @@ impl Scheduler {
             self.clock.idle_until(until);
             self.last_ns = self.clock.now_ns();
             self.counters.idle_ns.add(self.last_ns.saturating_sub(now));
-            return false;
+            return None;
         };
         let (packets, bits) = run(task, now);
         let end = self.clock.now_ns();
@@ -451,7 +489,22 @@ impl Scheduler {
         self.counters.busy_ns.add(usage.cycles);
         if packets == 0 {
             self.counters.empty_rounds.add(1);
+            self.counters.empty_ns.add(usage.cycles);
         }
-        true
+        Some(packets)
+    }
+
+    /// The next rate-limit wake-up, as an instant (sleeps end there).
+    pub fn next_deadline(&self) -> Option<std::time::Instant> {
+        let at = self.tree.next_wakeup()?;
+        let now = self.clock.now_ns();
+        Some(std::time::Instant::now() + std::time::Duration::from_nanos(at.saturating_sub(now)))
+    }
+
+    /// Count a sleep of `ns` outside the rounds, and take the time afresh.
+    pub fn slept(&mut self, ns: u64) {
+        self.counters.asleep_ns.add(ns);
+        self.counters.sleeps.add(1);
+        self.resync();
     }
 }
