@@ -20,6 +20,7 @@ pub mod callgrind;
 pub mod classify;
 pub mod control;
 pub mod drivers;
+pub mod idle;
 pub mod nfs;
 pub mod pipeline;
 pub mod ports;

@@ -139,6 +139,22 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// An idle forwarder per port kind, pure polling vs hybrid polling:
+    /// its thread's share of a core with no traffic, and the wake-up
+    /// latency of the first frame after 50 ms of quiet (p50, p99).
+    /// Needs root (issue 24).
+    Idle {
+        /// Seconds of quiet measured per case.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Wake-up probes per case.
+        #[arg(long, default_value_t = 50)]
+        samples: usize,
+        /// Only these kinds: af-packet, af-xdp, vhost-user, virtio-user,
+        /// pipeline (default: all).
+        #[arg(long = "kind")]
+        kinds: Vec<String>,
+    },
     /// RateLimit shaping 1 to 4,096 flows at 1-11 Mbit/s each: per-flow
     /// accuracy, inter-packet-gap sigma and cycles per packet at the
     /// pipeline's output (issue 21, SoftNIC §6.2).
@@ -184,6 +200,13 @@ fn main() -> Result<()> {
     nfkit_lab::init_tracing();
     match Cli::parse().cmd {
         Cmd::Drivers { seconds, packets } => nfkit_bench::drivers::drivers(seconds, packets)?,
+        Cmd::Idle {
+            seconds,
+            samples,
+            kinds,
+        } => {
+            nfkit_bench::idle::idle(&kinds, seconds, samples)?;
+        }
         Cmd::Ports {
             seconds,
             burst,

@@ -1,6 +1,12 @@
 //! GetPortStats on a port a worker holds is served while traffic flows:
 //! the worker publishes the port's counters between two rounds, nothing
-//! pauses (in process, through the request dispatcher).
+//! pauses (in process, through the request dispatcher). And an idle
+//! worker sleeps (hybrid polling): almost no CPU, woken by traffic and at
+//! once by control requests (root; otherwise SKIP).
+
+#[allow(dead_code)]
+#[path = "../../port/tests/common/traffic.rs"]
+mod traffic;
 
 use nfkit_daemon::dispatch::dispatch;
 use nfkit_daemon::mclass::pack;
@@ -94,5 +100,116 @@ fn port_stats_are_served_without_pausing_the_workers() {
         "counters advanced in {advanced} of 20 readings"
     );
     assert!(last.0 > 0 && last.1 > 0);
+    let _ = d.shutdown();
+}
+
+fn add_port(d: &mut Daemon, name: &str, spec: &str) {
+    d.create_port(pb::CreatePortRequest {
+        name: name.into(),
+        driver: "NfkitPort".into(),
+        arg: Some(pack(
+            &pb::NfkitPortArg { spec: spec.into() },
+            "NfkitPortArg",
+        )),
+        ..Default::default()
+    })
+    .unwrap();
+}
+
+fn add_module(d: &mut Daemon, name: &str, class: &str, arg: prost_types::Any) {
+    d.create_module(pb::CreateModuleRequest {
+        name: name.into(),
+        mclass: class.into(),
+        arg: Some(arg),
+    })
+    .unwrap();
+}
+
+/// A thread's time on a CPU (`/proc/self/task/TID/schedstat`).
+fn cpu_time(tid: u32) -> Duration {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+    Duration::from_nanos(s.split_whitespace().next().unwrap().parse().unwrap())
+}
+
+fn call<T: Message>(d: &mut Daemon, method: &str, req: &T) -> Vec<u8> {
+    dispatch(d, method, &req.encode_to_vec()).unwrap_or_else(|e| panic!("{method}: {e}"))
+}
+
+#[test]
+fn an_idle_worker_sleeps_and_wakes_for_traffic_and_control() {
+    nfkit_testkit::require_root!();
+    nfkit_testkit::require_tool!("ping");
+    let net = nfkit_testkit::TwoHosts::new().unwrap();
+    let mut d = Daemon::new(Arc::new(open)).unwrap();
+    add_port(&mut d, "pa", &format!("afpacket:{}", net.a.host_end));
+    add_port(&mut d, "pb", &format!("afpacket:{}", net.b.host_end));
+    for (from, to) in [("pa", "pb"), ("pb", "pa")] {
+        let (inc, out) = (format!("inc_{from}"), format!("out_{to}"));
+        let arg = pb::PortIncArg {
+            port: from.into(),
+            prefetch: false,
+        };
+        add_module(&mut d, &inc, "PortInc", pack(&arg, "PortIncArg"));
+        let arg = pb::PortOutArg { port: to.into() };
+        add_module(&mut d, &out, "PortOut", pack(&arg, "PortOutArg"));
+        d.connect(pb::ConnectModulesRequest {
+            m1: inc,
+            m2: out,
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    // ARP and the kernel's first frames, then quiet: the default hybrid
+    // policy puts the worker to sleep.
+    traffic::ping(&net.a.ns, &net.b.ip);
+    std::thread::sleep(Duration::from_millis(300));
+    let tid = d.worker_tids()[0].expect("the worker runs");
+    let (c0, t0) = (cpu_time(tid), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let share = (cpu_time(tid) - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    eprintln!("idle pipeline worker: {:.2}% of a core", share * 100.0);
+    assert!(share < 0.02, "an idle worker used {:.1}%", share * 100.0);
+
+    // Sleeps that only a packet or a control request end (10 s bound):
+    // a request answered promptly, with fresh counters, was woken by the
+    // control eventfd, not by the timer.
+    d.set_idle(nfkit_port::IdleOptions {
+        max_sleep: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .unwrap();
+    traffic::ping(&net.a.ns, &net.b.ip);
+    assert!(traffic::tcp_transfer(&net.a.ns, &net.b.ns, &net.b.ip) || !nfkit_testkit::skips_fail());
+    std::thread::sleep(Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    let r = pb::GetPortStatsResponse::decode(
+        &call(
+            &mut d,
+            "GetPortStats",
+            &pb::GetPortStatsRequest { name: "pa".into() },
+        )[..],
+    )
+    .unwrap();
+    let stats_took = t.elapsed();
+    let inc = r.inc.unwrap().packets;
+    eprintln!("GetPortStats on a sleeping worker: {stats_took:?}, pa inc {inc}");
+    assert!(inc >= 6, "the counters the woken worker published: {inc}");
+    std::thread::sleep(Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    call(&mut d, "PauseAll", &pb::EmptyRequest {});
+    call(&mut d, "ResumeAll", &pb::EmptyRequest {});
+    let pause_took = t.elapsed();
+    eprintln!("PauseAll+ResumeAll on a sleeping worker: {pause_took:?}");
+    assert!(stats_took < Duration::from_secs(2) && pause_took < Duration::from_secs(2));
+    // and traffic still wakes it
+    traffic::ping(&net.a.ns, &net.b.ip);
+    let w = pb::ListWorkersResponse::decode(&call(&mut d, "ListWorkers", &pb::EmptyRequest {})[..])
+        .unwrap();
+    let w0 = &w.workers_status[0];
+    eprintln!("{w0:?}");
+    assert!(
+        w0.sleeps > 0 && w0.asleep_ns > 0 && w0.busy_ns > 0,
+        "{w0:?}"
+    );
     let _ = d.shutdown();
 }

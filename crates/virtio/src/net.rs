@@ -25,6 +25,17 @@ const PUBLISH_EVERY: usize = 8;
 /// (§2.7.13.4): an I/O-port write, an MMIO write, an eventfd.
 pub trait Notify: Send {
     fn notify(&self, queue: u16) -> Result<(), HwError>;
+    /// The descriptor the device signals used buffers of ring `queue`
+    /// on (vhost-user's call eventfd), if the transport has one: an idle
+    /// loop sleeps on it ([`Port::rx_wake`]).
+    fn call_fd(&self, queue: u16) -> Option<std::os::fd::RawFd> {
+        let _ = queue;
+        None
+    }
+    /// Reset ring `queue`'s call descriptor after a wake-up.
+    fn drain_call(&self, queue: u16) {
+        let _ = queue;
+    }
     /// Link state, if the transport can tell without disturbing the
     /// data path (configuration space, §5.1.4 `status`).
     fn link_up(&self) -> Option<bool> {
@@ -378,5 +389,40 @@ impl<N: Notify> Port for NetDevice<N> {
 
     fn pool(&self) -> &Mempool {
         &self.pool.pool
+    }
+
+    /// The receive ring's call descriptor, where the transport has one
+    /// (virtio-user); otherwise the loop keeps polling.
+    fn rx_wake(&self, queue: usize) -> nfkit_port::RxWake {
+        match self
+            .rx
+            .get(queue)
+            .and_then(|q| self.notify.call_fd(q.index))
+        {
+            Some(fd) => nfkit_port::RxWake::Fd(fd),
+            None => nfkit_port::RxWake::Poll,
+        }
+    }
+    /// Ask the device for a notification at the next used buffer
+    /// (EVENT_IDX's `used_event`, else clear `NO_INTERRUPT`).
+    fn rx_arm(&mut self, queue: usize) -> bool {
+        match self.rx.get_mut(queue) {
+            Some(q) => {
+                q.vq.enable_used_notification();
+                true
+            }
+            None => false,
+        }
+    }
+    /// Suppress notifications again and reset the call eventfd.
+    fn rx_disarm(&mut self, queue: usize) {
+        if let Some(q) = self.rx.get_mut(queue) {
+            q.vq.disable_used_notification();
+            if let Some(fd) = self.notify.call_fd(q.index) {
+                if nfkit_port::idle::readable_now(fd) {
+                    self.notify.drain_call(q.index);
+                }
+            }
+        }
     }
 }

@@ -451,6 +451,18 @@ impl Virtqueue {
         fence(Ordering::SeqCst);
     }
 
+    /// Back to polling: suppress used-buffer notifications again, as
+    /// [`Virtqueue::new`] does (`used_event` one behind the next used
+    /// index; or `NO_INTERRUPT`).
+    pub fn disable_used_notification(&mut self) {
+        if self.event_idx {
+            self.write_avail_u16(self.layout.used_event(), self.last_used.wrapping_sub(1));
+        } else {
+            self.avail_flags |= ring::AVAIL_F_NO_INTERRUPT;
+            self.write_avail_header();
+        }
+    }
+
     fn write_avail_header(&self) {
         self.ring.write_u32(
             self.layout.avail,

@@ -310,65 +310,120 @@ fn extra_and_idle_frontends_do_not_block_the_port() {
     exchange(&mut fe, &mut be, 0, 8);
 }
 
+/// A forwarding loop from `port` to a sink in a thread (hybrid
+/// polling): its CPU time, the packets it received so far, and its end.
+struct Sleeper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    got: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: std::sync::Arc<std::sync::OnceLock<PathBuf>>,
+    handle: std::thread::JoinHandle<(nfkit_port::fwd::FwdReport, Box<dyn Port>)>,
+}
+
+impl Sleeper {
+    fn start(mut port: Box<dyn Port>) -> Sleeper {
+        use nfkit_port::fwd::{fwd, FwdOptions};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let got = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let task = std::sync::Arc::new(std::sync::OnceLock::new());
+        let (s, g, t) = (stop.clone(), got.clone(), task.clone());
+        let handle = std::thread::spawn(move || {
+            let me = std::fs::read_link("/proc/thread-self").unwrap();
+            let _ = t.set(std::path::Path::new("/proc").join(me));
+            let mut sink = nfkit_port::open(
+                &"null:".parse().unwrap(),
+                &nfkit_port::OpenOptions::default(),
+            )
+            .unwrap();
+            let opts = FwdOptions {
+                stats_interval: Duration::from_millis(20),
+                stop_when_done: false,
+                ..FwdOptions::default()
+            };
+            let r = fwd([&mut *port, &mut *sink], &opts, &s, |r| {
+                g.store(r.dirs[0].received, Ordering::Relaxed)
+            })
+            .unwrap();
+            (r, port)
+        });
+        wait_for("the thread", || task.get().is_some());
+        Sleeper {
+            stop,
+            got,
+            task,
+            handle,
+        }
+    }
+
+    /// The loop's share of a core over 2 s of quiet.
+    fn idle_share(&self) -> f64 {
+        let cpu = || -> Duration {
+            let s = std::fs::read_to_string(self.task.get().unwrap().join("schedstat")).unwrap();
+            Duration::from_nanos(s.split_whitespace().next().unwrap().parse().unwrap())
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let (c0, t0) = (cpu(), Instant::now());
+        std::thread::sleep(Duration::from_secs(2));
+        (cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64()
+    }
+
+    fn got(&self) -> u64 {
+        self.got.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn finish(self) -> (nfkit_port::fwd::FwdReport, Box<dyn Port>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
+
+fn send_32(from: &mut dyn Port) {
+    let mut batch = Batch::new();
+    for i in 0..32 {
+        let mut b = from.pool().alloc().unwrap();
+        b.copy_from(&packet(i, 60)).unwrap();
+        batch.push(b);
+    }
+    assert_eq!(from.tx_batch(0, &mut batch), 32);
+}
+
 /// An idle vhost-user port sleeps (its forwarding thread uses almost no
 /// CPU: the goal is under 1% of a core, checked with a generous bound),
 /// and the frontend's kick, requested only while the loop sleeps
-/// (event index), wakes it: packets sent then all arrive.
+/// (event index), wakes it: packets sent then all arrive. The same the
+/// other way: an idle loop on the frontend (virtio-user) sleeps on its
+/// call eventfd, and the backend's call (asked for with `used_event`)
+/// wakes it.
 #[test]
 fn an_idle_vhost_user_port_sleeps_and_a_kick_wakes_it() {
-    use nfkit_port::fwd::{fwd, FwdOptions};
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::sync::{Arc, OnceLock};
-    let mut be = backend("idle", 1);
+    let be = backend("idle", 1);
     let mut fe = vhost_user::connect(&socket_path("idle"), &FrontendConfig::default()).unwrap();
     wait_for("rings", || be.ready(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let got = Arc::new(AtomicU64::new(0));
-    let task = Arc::new(OnceLock::new());
-    let (s, g, t) = (stop.clone(), got.clone(), task.clone());
-    let h = std::thread::spawn(move || {
-        let me = std::fs::read_link("/proc/thread-self").unwrap();
-        let _ = t.set(std::path::Path::new("/proc").join(me));
-        let mut sink = nfkit_port::open(
-            &"null:".parse().unwrap(),
-            &nfkit_port::OpenOptions::default(),
-        )
-        .unwrap();
-        let opts = FwdOptions {
-            stats_interval: Duration::from_millis(20),
-            stop_when_done: false,
-            ..FwdOptions::default()
-        };
-        fwd([&mut be, &mut *sink], &opts, &s, |r| {
-            g.store(r.dirs[0].received, Ordering::Relaxed)
-        })
-        .unwrap()
-    });
-    wait_for("the thread", || task.get().is_some());
-    let cpu = || -> Duration {
-        let s = std::fs::read_to_string(task.get().unwrap().join("schedstat")).unwrap();
-        Duration::from_nanos(s.split_whitespace().next().unwrap().parse().unwrap())
-    };
-    std::thread::sleep(Duration::from_millis(300));
-    let (c0, t0) = (cpu(), Instant::now());
-    std::thread::sleep(Duration::from_secs(2));
-    let share = (cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let loop_be = Sleeper::start(Box::new(be));
+    let share = loop_be.idle_share();
     eprintln!(
         "idle vhost-user forwarding thread: {:.2}% of a core",
         share * 100.0
     );
     assert!(share < 0.05, "{:.1}% of a core", share * 100.0);
-    let mut batch = Batch::new();
-    for i in 0..32 {
-        let mut b = fe.pool().alloc().unwrap();
-        b.copy_from(&packet(i, 60)).unwrap();
-        batch.push(b);
-    }
-    assert_eq!(fe.tx_batch(0, &mut batch), 32);
-    wait_for("the packets", || got.load(Ordering::Relaxed) == 32);
-    stop.store(true, Ordering::Relaxed);
-    let r = h.join().unwrap();
+    send_32(&mut fe);
+    wait_for("the packets", || loop_be.got() == 32);
+    let (r, mut be) = loop_be.finish();
     eprintln!("{}", r.idle.summary());
     assert!(r.idle.woken >= 1, "a kick woke the loop: {:?}", r.idle);
+
+    // The frontend side: virtio-user sleeps on the call eventfd.
+    let loop_fe = Sleeper::start(Box::new(fe));
+    let share = loop_fe.idle_share();
+    eprintln!(
+        "idle virtio-user forwarding thread: {:.2}% of a core",
+        share * 100.0
+    );
+    assert!(share < 0.05, "{:.1}% of a core", share * 100.0);
+    send_32(&mut *be);
+    wait_for("the packets at the frontend", || loop_fe.got() == 32);
+    let (r, _fe) = loop_fe.finish();
+    eprintln!("{}", r.idle.summary());
+    assert!(r.idle.woken >= 1, "a call woke the loop: {:?}", r.idle);
     let _ = std::fs::remove_file(socket_path("idle"));
 }

@@ -2,8 +2,9 @@
 //! vhost-user backend process as the device. The rings and packet
 //! buffers live in a [`MemfdArena`] whose file descriptor is sent with
 //! SET_MEM_TABLE; notifications are eventfds (kick: we notify the
-//! backend; call: the backend would notify us, but we poll and ask for
-//! no interrupts).
+//! backend; call: the backend notifies us of used buffers, which we ask
+//! for only while an idle loop sleeps on the receive rings, see
+//! `Port::rx_wake`).
 //!
 //! Set-up follows the vhost-user specification's order: SET_OWNER,
 //! features, protocol features, memory table, then per ring NUM, ADDR,
@@ -50,7 +51,7 @@ impl Default for FrontendConfig {
 pub struct VhostUserLink {
     frontend: Frontend,
     kicks: Vec<EventFd>,
-    _calls: Vec<EventFd>,
+    calls: Vec<EventFd>,
     _arena: MemfdArena,
 }
 
@@ -70,6 +71,15 @@ impl Notify for VhostUserLink {
             .ok_or_else(|| HwError::Invalid(format!("no ring {queue}")))?;
         kick.write(1)
             .map_err(|e| HwError::Unsupported(format!("kick eventfd of ring {queue}: {e}")))
+    }
+    fn call_fd(&self, queue: u16) -> Option<std::os::fd::RawFd> {
+        self.calls.get(queue as usize).map(|c| c.as_raw_fd())
+    }
+    fn drain_call(&self, queue: u16) {
+        if let Some(c) = self.calls.get(queue as usize) {
+            // Non-blocking: nothing to read is fine.
+            let _ = c.read();
+        }
     }
 }
 
@@ -206,7 +216,7 @@ pub fn connect(path: &Path, cfg: &FrontendConfig) -> Result<VirtioUser, VirtioEr
     let link = VhostUserLink {
         frontend: fe,
         kicks,
-        _calls: calls,
+        calls,
         _arena: arena,
     };
     Ok(NetDevice::start(NetParts {
