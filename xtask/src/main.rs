@@ -501,3 +501,39 @@ fn bench(args: &[String]) -> Result<()> {
         .args(args);
     run("nfkit bench", &mut cmd)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn echo_stage() -> Result<()> {
+        run(
+            "echo in a lane",
+            Command::new("echo").arg("written-to-the-lane-log"),
+        )
+    }
+
+    fn failing_stage() -> Result<()> {
+        run("false in a lane", &mut Command::new("false"))
+    }
+
+    #[test]
+    fn a_lane_writes_its_commands_output_to_its_log_and_reports_failure() {
+        let dir = std::env::temp_dir().join(format!("xtask-lane-{}", std::process::id()));
+        let log = dir.join("lane.log");
+        lane(log.clone(), echo_stage)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("written-to-the-lane-log"), "{text}");
+        let err = lane(log.clone(), failing_stage)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("lane.log"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
