@@ -34,6 +34,8 @@ struct Home {
     name: String,
     rx_queues: usize,
     tx_queues: usize,
+    /// What the port does itself (fixed when it was opened).
+    caps: nfkit_port::Caps,
     /// Control path only: taken at commit, check-out and check-in.
     held: Mutex<Held>,
     /// Counters of the parts workers hold, as each worker last
@@ -121,6 +123,7 @@ impl SharedPort {
             name: name.to_string(),
             rx_queues: port.rx_queues(),
             tx_queues: port.tx_queues(),
+            caps: port.capabilities(),
             held: Mutex::new(Held::Whole(port)),
             published: Mutex::new(Vec::new()),
         }))
@@ -134,6 +137,10 @@ impl SharedPort {
     }
     pub fn tx_queues(&self) -> usize {
         self.0.tx_queues
+    }
+    /// What the port does with offload state itself.
+    pub fn capabilities(&self) -> nfkit_port::Caps {
+        self.0.caps
     }
 
     /// Whether `self` and `other` are the same port.
