@@ -194,6 +194,19 @@ pub fn ethtool_value(ifname: &str, cmd: u32) -> io::Result<u32> {
     Ok(v.data)
 }
 
+/// `TUNSETOFFLOAD` (linux/if_tun.h: `_IOW('T', 208, unsigned int)`).
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+
+/// Tell the kernel which offloads a TAP's reader takes (`TUN_F_*`): it
+/// then sends frames needing them (with `TUN_F_CSUM`, partial checksums
+/// flagged in the `virtio_net_hdr`).
+pub fn tun_set_offload(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is
+    // passed.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD as _, flags as libc::c_ulong) })?;
+    Ok(())
+}
+
 /// `send(fd, NULL, 0, MSG_DONTWAIT)`: the kick that makes the kernel walk
 /// a TX ring (AF_XDP, PACKET_TX_RING).
 pub fn kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {

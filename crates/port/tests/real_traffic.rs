@@ -63,6 +63,12 @@ fn tap_carries_the_host_stack() {
     // over them.
     let b = open_spec(&format!("tap:{tb},queues=2"));
     assert_eq!((b.rx_queues(), b.tx_queues()), (2, 2));
+    // IFF_VNET_HDR: partial checksums come and go as offload metadata.
+    let line = nfkit_port::capability_line(&*b);
+    assert!(
+        line.contains("tx-l4-csum") && line.contains("rx-partial-csum"),
+        "{line}"
+    );
     for (tap, ns, ip) in [(&ta, &na, "10.97.0.1/24"), (&tb, &nb, "10.97.0.2/24")] {
         nfkit_testkit::ip(&["link", "set", tap, "netns", ns.name()]).unwrap();
         ns.run(&["ip", "addr", "add", ip, "dev", tap]).unwrap();
