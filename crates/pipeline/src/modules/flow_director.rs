@@ -239,6 +239,7 @@ fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Modul
 pub(crate) mod tests {
     use super::*;
     use crate::harness::Harness;
+    use crate::module::Ctx;
 
     pub(crate) fn udp(src: u32, dst: u32, sp: u16, dp: u16) -> Vec<u8> {
         let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
@@ -286,6 +287,66 @@ pub(crate) mod tests {
         let out = h.run(&mut fd, 0, &[vec![0; 60]]);
         assert_eq!(gate_of(&out), None);
         assert_eq!(h.counters().2, 1);
+    }
+
+    #[test]
+    fn learned_flows_keep_their_gate_while_the_table_grows_to_a_million() {
+        use crate::counters::ModuleCounters;
+        let h = Harness::new();
+        let mut fd = FlowDirector::new(8, 1 << 21, Learn::LeastLoaded);
+        let mut outs: Vec<Batch> = (0..8).map(|_| Batch::new()).collect();
+        let mut trash = Batch::new();
+        let counters = ModuleCounters::default();
+        // Steer a batch of frames from `src` addresses; their gates.
+        let mut send = |fd: &mut FlowDirector, srcs: &[u32]| -> Vec<usize> {
+            let mut b = Batch::new();
+            for &s in srcs {
+                let mut p = h.pool().alloc().unwrap();
+                p.copy_from(&udp(s, 0x0a00_0002, 1000, 53)).unwrap();
+                let _ = b.push(p);
+            }
+            let mut ctx = Ctx::new(&mut outs, &mut trash, &[], &counters, 0, 0);
+            fd.process(&mut ctx, 0, &mut b);
+            let mut gates = vec![usize::MAX; srcs.len()];
+            for (g, o) in outs.iter_mut().enumerate() {
+                for p in o.drain() {
+                    let s = u32::from_be_bytes(p.data()[26..30].try_into().unwrap());
+                    gates[srcs.iter().position(|&x| x == s).unwrap()] = g;
+                }
+            }
+            gates
+        };
+        let tracked: Vec<u32> = (0..32).map(|i| 0xc000_0000 + i * 7919).collect();
+        let before = send(&mut fd, &tracked);
+        assert!(before.iter().all(|&g| g < 8));
+        // A million more flows, one reused batch rewritten in place.
+        let mut b = Batch::new();
+        for _ in 0..32 {
+            let mut p = h.pool().alloc().unwrap();
+            p.copy_from(&udp(0, 0x0a00_0002, 1000, 53)).unwrap();
+            let _ = b.push(p);
+        }
+        let mut next = 0x0100_0000u32;
+        let mut outs: Vec<Batch> = (0..8).map(|_| Batch::new()).collect();
+        let mut trash = Batch::new();
+        while fd.entries() < 1 << 20 {
+            for p in b.iter_mut() {
+                p.data_mut()[26..30].copy_from_slice(&next.to_be_bytes());
+                next += 1;
+            }
+            let mut ctx = Ctx::new(&mut outs, &mut trash, &[], &counters, 0, 0);
+            fd.process(&mut ctx, 0, &mut b);
+            for o in outs.iter_mut() {
+                for p in o.drain() {
+                    let _ = b.push(p);
+                }
+            }
+        }
+        assert_eq!(send(&mut fd, &tracked), before, "a flow changed gate");
+        assert_eq!(fd.table_full, 0);
+        // Least-loaded learning kept the gates even.
+        let pg = fd.table.per_gate();
+        assert!(pg.iter().max().unwrap() - pg.iter().min().unwrap() <= 1, "{pg:?}");
     }
 
     #[test]

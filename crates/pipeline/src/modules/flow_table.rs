@@ -10,8 +10,9 @@
 
 use super::classify::{ip, FxMap};
 
-/// A flow's key: IPv4 source and destination, ports, protocol, and a
-/// marker bit (bit 127) so that no key is 0. Non-IPv4 frames have none.
+/// A flow's key: the protocol (bits 96-103), IPv4 source (64-95) and
+/// destination (32-63), source (16-31) and destination port (0-15),
+/// and a marker bit (127) so that no key is 0. Non-IPv4 frames have none.
 pub type FlowKey = u128;
 
 /// The 5-tuple key of an Ethernet/IPv4 frame (ports 0 when the
@@ -32,10 +33,10 @@ pub fn five_tuple(d: &[u8]) -> Option<FlowKey> {
 /// A key from its parts (what commands name).
 pub fn pack(src: u32, dst: u32, proto: u8, sport: u16, dport: u16) -> FlowKey {
     1u128 << 127
+        | (proto as u128) << 96
         | (src as u128) << 64
         | (dst as u128) << 32
-        | (proto as u128) << 16
-        | (sport as u128) << 48
+        | (sport as u128) << 16
         | dport as u128
 }
 
@@ -203,6 +204,22 @@ impl FlowTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_of_different_tuples_differ() {
+        let base = pack(0x0a63_0001, 0x0a63_0002, 17, 40000, 9);
+        for other in [
+            pack(0x0a63_0001, 0x0a63_0002, 17, 40032, 9),
+            pack(0x0a63_0001, 0x0a63_0002, 6, 40000, 9),
+            pack(0x0a63_0002, 0x0a63_0001, 17, 40000, 9),
+            pack(0x0a63_0001, 0x0a63_0002, 17, 9, 40000),
+        ] {
+            assert_ne!(base, other);
+        }
+        assert_eq!(base >> 96 & 0xff, 17);
+        assert_eq!(base as u16, 9);
+        assert_eq!((base >> 16) as u16, 40000);
+    }
 
     #[test]
     fn insert_remove_and_sweep_keep_the_map_and_slots_in_step() {
