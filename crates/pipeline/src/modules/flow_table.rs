@@ -8,7 +8,9 @@
 //! (removal swaps the last slot into the hole), so the sweep walks
 //! memory in order and a lookup costs one hash probe and one slot read.
 
-use super::classify::{ip, FxMap};
+use super::classify::ip;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// A flow's key: the protocol (bits 96-103), IPv4 source (64-95) and
 /// destination (32-63), source (16-31) and destination port (0-15),
@@ -40,13 +42,44 @@ pub fn pack(src: u32, dst: u32, proto: u8, sport: u16, dport: u16) -> FlowKey {
         | dport as u128
 }
 
-/// One 64-bit hash of a key (FxHash's multiply, folded).
+/// One 64-bit hash of a key, every bit of the key reaching every bit of
+/// the hash (two multiplies and folds: FxHash's single multiply leaves
+/// the low bits, where the table looks, depending on the ports alone,
+/// and a million flows that differ in an address fell into a few
+/// buckets).
 #[inline]
 pub fn hash(k: FlowKey) -> u64 {
-    let a = (k as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    let b = ((k >> 64) as u64 ^ a.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    b ^ (b >> 32)
+    let (lo, hi) = (k as u64, (k >> 64) as u64);
+    let mut h = lo.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ hi.wrapping_mul(0xc2b2_ae3d_27d4_eb4f).rotate_left(31);
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    h ^ (h >> 32)
 }
+
+/// The table's hasher: [`hash`] of the key.
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(16) {
+            let mut w = [0u8; 16];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u128(u128::from_ne_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u128(&mut self, v: u128) {
+        self.0 = hash(v ^ self.0 as u128);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type KeyMap<V> = HashMap<FlowKey, V, BuildHasherDefault<KeyHasher>>;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
@@ -59,7 +92,7 @@ pub struct Entry {
 
 /// Keys to gates, at most `limit` of them.
 pub struct FlowTable {
-    map: FxMap<FlowKey, u32>,
+    map: KeyMap<u32>,
     slots: Vec<Entry>,
     limit: usize,
     cursor: usize,
@@ -70,7 +103,7 @@ pub struct FlowTable {
 impl FlowTable {
     pub fn new(limit: usize, gates: usize) -> FlowTable {
         FlowTable {
-            map: FxMap::default(),
+            map: KeyMap::default(),
             slots: Vec::new(),
             limit,
             cursor: 0,
