@@ -477,8 +477,7 @@ impl Idle {
         let mut timed_out = true;
         let slept = !wait.is_zero();
         if slept {
-            let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-            let r = crate::sys::poll(&mut self.fds, ms);
+            let r = crate::sys::ppoll(&mut self.fds, wait);
             let woke = Instant::now();
             self.times.asleep += woke - now;
             self.times.sleeps += 1;

@@ -390,6 +390,35 @@ pub fn is_permission(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
 }
 
+/// `ppoll(2)` on `fds` for up to `timeout` (microsecond precision, where
+/// [`poll`] rounds to milliseconds: a sleep until a rate-limit timer).
+/// `EINTR` counts as a wake-up with none.
+pub fn ppoll(fds: &mut [libc::pollfd], timeout: std::time::Duration) -> io::Result<usize> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `fds` is a valid, writable array of `fds.len()` pollfd
+    // structures and `ts` a valid timespec for the duration of the call;
+    // a null signal mask leaves the mask as it is.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(r as usize)
+}
+
 /// `eventfd(2)`, non-blocking and close-on-exec: a counter another
 /// thread writes to wake a loop asleep in [`poll`].
 pub fn eventfd() -> io::Result<OwnedFd> {
