@@ -150,6 +150,14 @@ impl Outputs {
                 continue;
             }
             let txq = q % port.tx_queues().max(1);
+            // Offload state the port cannot carry out is done here, in
+            // software; what cannot be done at all is dropped.
+            if out.any_offload() {
+                self.stats.dropped[o] += crate::prepare_tx(out, port.capabilities());
+                if out.is_empty() {
+                    continue;
+                }
+            }
             self.stats.sent[o] += port.tx_batch(txq, out) as u64;
             if !out.is_empty() {
                 let left = out.len() as u64;

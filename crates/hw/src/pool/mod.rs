@@ -47,7 +47,7 @@ mod sync;
 pub use batch::{Batch, MAX_BATCH};
 pub use cache::PoolCache;
 pub use mempool::{Mempool, DEFAULT_BUF_SIZE, HEADROOM, META_SIZE};
-pub use offload::{Offload, OffloadError};
+pub use offload::{Caps, Offload, OffloadError};
 pub use pktbuf::{NoRoom, PktBuf};
 pub use rings::{min_pool_for_rx_ring, RxBuffers, TxBuffers, RING_CACHE};
 

@@ -181,6 +181,12 @@ impl PktBuf {
         }
         self.offset -= n as u16;
         self.len += n as u16;
+        // Offload state keeps pointing at the same headers.
+        if let Some(o) = self.offload_mut() {
+            if !o.front_grown(n) {
+                self.take_offload();
+            }
+        }
         Ok(&mut self.data_mut()[..n])
     }
 
@@ -194,6 +200,13 @@ impl PktBuf {
         }
         self.offset += n as u16;
         self.len -= n as u16;
+        // Offload state keeps pointing at the same headers, or goes with
+        // them.
+        if let Some(o) = self.offload_mut() {
+            if !o.front_shrunk(n) {
+                self.take_offload();
+            }
+        }
         Ok(())
     }
 

@@ -3,9 +3,12 @@
 //! full) are dropped and counted here.
 //!
 //! Offload state a packet carries (checksums to fill in, a VLAN tag to
-//! insert; `nfkit_hw::pool::offload`) is done here in software before
+//! insert; `nfkit_hw::pool::offload`) is split by the port's
+//! capabilities (`Port::capabilities`): what the port does itself is
+//! left on the packet for it, the rest is done here in software before
 //! the port sees the packet; a packet whose state does not fit it, or
-//! asks for segmentation, is dropped and counted (`bad_offload`).
+//! asks for segmentation the port cannot do, is dropped and counted
+//! (`bad_offload`).
 
 use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
@@ -19,6 +22,8 @@ pub struct PortOut {
     queue: Option<usize>,
     /// The port's transmit queues (fixed when it was opened).
     tx_queues: usize,
+    /// What the port does itself.
+    caps: nfkit_port::Caps,
     /// Packets dropped for offload state software could not carry out.
     bad_offload: u64,
 }
@@ -28,6 +33,7 @@ impl PortOut {
     pub fn new(port: SharedPort) -> PortOut {
         PortOut {
             tx_queues: port.tx_queues().max(1),
+            caps: port.capabilities(),
             port,
             queue: None,
             bad_offload: 0,
@@ -37,6 +43,7 @@ impl PortOut {
     pub fn queue(port: SharedPort, queue: usize) -> PortOut {
         PortOut {
             tx_queues: port.tx_queues().max(1),
+            caps: port.capabilities(),
             port,
             queue: Some(queue),
             bad_offload: 0,
@@ -74,9 +81,7 @@ impl Module for PortOut {
         });
         // One OR per packet (the flag is in the buffer handle).
         if batch.any_offload() {
-            let before = batch.len();
-            batch.retain(|p| nfkit_packet::offload_meta::finish_in_software(p).is_ok());
-            let bad = (before - batch.len()) as u64;
+            let bad = nfkit_port::prepare_tx(batch, self.caps);
             self.bad_offload += bad;
             ctx.count_dropped(bad);
         }
