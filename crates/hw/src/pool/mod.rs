@@ -38,6 +38,7 @@
 
 mod batch;
 mod cache;
+mod chain;
 mod mempool;
 pub mod offload;
 mod pktbuf;
@@ -46,6 +47,7 @@ mod sync;
 
 pub use batch::{Batch, MAX_BATCH};
 pub use cache::PoolCache;
+pub use chain::{ChainError, Segments, MAX_FRAME, MAX_SEGS};
 pub use mempool::{Mempool, DEFAULT_BUF_SIZE, HEADROOM, META_SIZE};
 pub use offload::{Offload, OffloadError};
 pub use pktbuf::{NoRoom, PktBuf};
