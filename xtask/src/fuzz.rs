@@ -183,8 +183,7 @@ fn build() -> Result<Vec<String>> {
     }
     let started = Instant::now();
     eprintln!("==> cargo fuzz build ({} targets)", targets.len());
-    let status = fuzz_cargo()
-        .args(["fuzz", "build", "--fuzz-dir", FUZZ_DIR])
+    let status = crate::to_lane_log(fuzz_cargo().args(["fuzz", "build", "--fuzz-dir", FUZZ_DIR]))
         .status()
         .context("running cargo fuzz build")?;
     eprintln!(
@@ -213,8 +212,7 @@ fn ensure_cargo_fuzz() -> Result<()> {
         return Ok(());
     }
     eprintln!("==> cargo install cargo-fuzz");
-    let status = Command::new("cargo")
-        .args(["install", "cargo-fuzz"])
+    let status = crate::to_lane_log(Command::new("cargo").args(["install", "cargo-fuzz"]))
         .status()
         .context("running cargo install cargo-fuzz")?;
     if !status.success() {

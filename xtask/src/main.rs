@@ -146,15 +146,40 @@ fn have(cmd: &str) -> bool {
 /// Every stage run so far: (name, time, passed), for the summary.
 static STAGES: std::sync::Mutex<Vec<(String, Duration, bool)>> = std::sync::Mutex::new(Vec::new());
 
-fn run(name: &str, cmd: &mut Command) -> Result<()> {
-    let start = Instant::now();
-    eprintln!("==> {name}");
-    let status = cmd.status().with_context(|| format!("starting {name}"));
-    let took = start.elapsed();
-    let passed = status.as_ref().is_ok_and(|s| s.success());
+thread_local! {
+    /// Where the commands of a background lane write (see [`lane`]); the
+    /// main lane writes to the terminal.
+    static LANE_LOG: std::cell::RefCell<Option<std::fs::File>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Send `cmd`'s output to this thread's lane log, if it has one.
+fn to_lane_log(cmd: &mut Command) -> &mut Command {
+    LANE_LOG.with(|log| {
+        if let Some(file) = log.borrow().as_ref() {
+            if let (Ok(out), Ok(err)) = (file.try_clone(), file.try_clone()) {
+                cmd.stdout(out).stderr(err);
+            }
+        }
+    });
+    cmd
+}
+
+fn record_stage(name: &str, took: Duration, passed: bool) {
     if let Ok(mut stages) = STAGES.lock() {
         stages.push((name.to_string(), took, passed));
     }
+}
+
+fn run(name: &str, cmd: &mut Command) -> Result<()> {
+    let start = Instant::now();
+    eprintln!("==> {name}");
+    let status = to_lane_log(cmd)
+        .status()
+        .with_context(|| format!("starting {name}"));
+    let took = start.elapsed();
+    let passed = status.as_ref().is_ok_and(|s| s.success());
+    record_stage(name, took, passed);
     let status = status?;
     eprintln!("<== {name}: {status} in {took:.1?}");
     if !status.success() {
@@ -225,9 +250,92 @@ fn test(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Whether `test` runs the nightly stages (miri, then the fuzz targets)
+/// in a second lane beside the others: they share nothing with them
+/// (their own toolchain and target directories) and are mostly
+/// single-threaded, so on a machine of 4 cores or more they overlap the
+/// debug tests instead of adding about 8 minutes at the end. On 2 cores
+/// they would only slow the load-sensitive tests down. `NFKIT_LANES=1`
+/// or `2` overrides the choice.
+fn two_lanes() -> bool {
+    match std::env::var("NFKIT_LANES").as_deref() {
+        Ok("1") => false,
+        Ok("2") => true,
+        _ => std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4),
+    }
+}
+
+/// The nightly stages: miri over the pure data-path code, then every
+/// fuzz target briefly (4 minutes in all, build included).
+fn nightly_stages() -> Result<()> {
+    verify::miri()?;
+    let started = Instant::now();
+    let fuzz = fuzz::ci(Duration::from_secs(240));
+    record_stage(
+        "fuzz --ci (build and every target)",
+        started.elapsed(),
+        fuzz.is_ok(),
+    );
+    fuzz
+}
+
+/// Run `stages` on a thread whose commands write to `log` (the file is
+/// printed where it is if the lane fails).
+fn lane(
+    log: std::path::PathBuf,
+    stages: fn() -> Result<()>,
+) -> Result<std::thread::JoinHandle<Result<()>>> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file =
+        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    eprintln!(
+        "==> nightly lane (miri, fuzz) beside the others; its output: {}",
+        log.display()
+    );
+    Ok(std::thread::spawn(move || {
+        LANE_LOG.with(|l| *l.borrow_mut() = Some(file));
+        stages().map_err(|e| {
+            e.context(format!(
+                "nightly lane failed; its output is in {}",
+                log.display()
+            ))
+        })
+    }))
+}
+
 fn test_stages(args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     install_deps()?;
+    let nightly = if !quick && two_lanes() {
+        Some(lane(
+            std::path::PathBuf::from(
+                std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
+            )
+            .join("nightly-lane.log"),
+            nightly_stages,
+        )?)
+    } else {
+        None
+    };
+    let main_result = main_stages(quick, nightly.is_none());
+    // The lane is always waited for: its cargo and fuzzer processes must
+    // not outlive `test`, and both lanes' failures are reported.
+    let lane = match nightly {
+        Some(handle) => handle
+            .join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the nightly lane panicked"))),
+        None => Ok(()),
+    };
+    match (main_result, lane) {
+        (Err(m), Err(l)) => Err(m.context(format!("and {l:#}"))),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Ok(()), Ok(())) => Ok(()),
+    }
+}
+
+fn main_stages(quick: bool, with_nightly: bool) -> Result<()> {
     run(
         "cargo fmt --check",
         cargo().args(["fmt", "--all", "--", "--check"]),
@@ -275,16 +383,22 @@ fn test_stages(args: &[String]) -> Result<()> {
                 ]),
         )?;
         guest::run_guest_tests()?;
-        // miri over packet views, tables, Maglev, the scheduler, the pool.
-        verify::miri()?;
+        // miri over packet views, tables, Maglev, the scheduler, the pool
+        // (here, or in the nightly lane: [`two_lanes`]).
+        if with_nightly {
+            verify::miri()?;
+        }
         // One release build of the command, the benchmarks and the soak:
         // built together, their dependencies get one feature set and are
         // compiled once (built apart, the soak's differ, e.g. libc's and
         // syn's, and nearly its whole tree was compiled again).
         release_build()?;
         rfc2544_smoke()?;
-        // Every fuzz target briefly (nightly), 4 minutes in all with the build.
-        fuzz::ci(Duration::from_secs(240))?;
+        // Every fuzz target briefly (nightly), 4 minutes in all with the
+        // build (here, or in the nightly lane).
+        if with_nightly {
+            fuzz::ci(Duration::from_secs(240))?;
+        }
         run_soak(&["--seconds".into(), "60".into()], true)?;
     }
     Ok(())
@@ -386,4 +500,40 @@ fn bench(args: &[String]) -> Result<()> {
     cmd.args(["run", "--release", "-p", "nfkit-bench", "--"])
         .args(args);
     run("nfkit bench", &mut cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn echo_stage() -> Result<()> {
+        run(
+            "echo in a lane",
+            Command::new("echo").arg("written-to-the-lane-log"),
+        )
+    }
+
+    fn failing_stage() -> Result<()> {
+        run("false in a lane", &mut Command::new("false"))
+    }
+
+    #[test]
+    fn a_lane_writes_its_commands_output_to_its_log_and_reports_failure() {
+        let dir = std::env::temp_dir().join(format!("xtask-lane-{}", std::process::id()));
+        let log = dir.join("lane.log");
+        lane(log.clone(), echo_stage)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("written-to-the-lane-log"), "{text}");
+        let err = lane(log.clone(), failing_stage)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("lane.log"), "{err:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
