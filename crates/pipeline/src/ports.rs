@@ -34,6 +34,9 @@ struct Home {
     name: String,
     rx_queues: usize,
     tx_queues: usize,
+    /// Whether the port sends chained frames, and its largest frame.
+    tx_chains: bool,
+    max_frame: usize,
     /// Control path only: taken at commit, check-out and check-in.
     held: Mutex<Held>,
     /// Counters of the parts workers hold, as each worker last
@@ -120,6 +123,8 @@ impl SharedPort {
             name: name.to_string(),
             rx_queues: port.rx_queues(),
             tx_queues: port.tx_queues(),
+            tx_chains: port.tx_chains(),
+            max_frame: port.max_frame(),
             held: Mutex::new(Held::Whole(port)),
             published: Mutex::new(Vec::new()),
         }))
@@ -133,6 +138,14 @@ impl SharedPort {
     }
     pub fn tx_queues(&self) -> usize {
         self.0.tx_queues
+    }
+    /// Whether the port sends chained frames ([`Port::tx_chains`]).
+    pub fn tx_chains(&self) -> bool {
+        self.0.tx_chains
+    }
+    /// The largest frame the port carries ([`Port::max_frame`]).
+    pub fn max_frame(&self) -> usize {
+        self.0.max_frame
     }
 
     /// Whether `self` and `other` are the same port.

@@ -261,7 +261,7 @@ fn port_out_drops_offload_state_that_does_not_fit() {
     let out = h.process(&mut *m, 0, batch);
     drop(out);
     assert_eq!(wire.lock().tx[0], vec![f]);
-    assert_eq!(m.extra_stats(), vec![("bad_offload", 2)]);
+    assert_eq!(m.extra_stats(), vec![("bad_offload", 2), ("too_large", 0)]);
 }
 
 fn arb_inner() -> impl Strategy<Value = Vec<u8>> {

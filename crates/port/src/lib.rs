@@ -165,6 +165,18 @@ pub trait Port: Send {
         }
     }
     fn mac(&self) -> [u8; 6];
+    /// Largest frame the port receives and sends, in bytes (Ethernet
+    /// header included, no FCS). Larger frames are dropped and counted.
+    /// The default: what one buffer of its pool holds.
+    fn max_frame(&self) -> usize {
+        self.pool().data_room()
+    }
+    /// Whether `tx_batch` takes chained frames (up to [`Self::max_frame`]).
+    /// Loops drop chained frames meant for a port that does not, counted
+    /// as too large for it ([`queue::LoopStats::too_large`]).
+    fn tx_chains(&self) -> bool {
+        false
+    }
     /// The pool this port's received buffers come from (generators
     /// allocate from it too).
     fn pool(&self) -> &Mempool;

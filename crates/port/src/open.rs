@@ -70,6 +70,12 @@ impl<G: Send> Port for Guarded<G> {
     fn link(&self) -> crate::LinkStatus {
         self.port.link()
     }
+    fn max_frame(&self) -> usize {
+        self.port.max_frame()
+    }
+    fn tx_chains(&self) -> bool {
+        self.port.tx_chains()
+    }
     fn mac(&self) -> [u8; 6] {
         self.port.mac()
     }

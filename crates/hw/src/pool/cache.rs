@@ -113,7 +113,12 @@ impl PoolCache {
                 ids[len].write(buf.id());
                 len += 1;
             }
-            if pool.inner.chains_out.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+            if pool
+                .inner
+                .chains_out
+                .load(std::sync::atomic::Ordering::Relaxed)
+                != 0
+            {
                 // SAFETY: k + len <= n.
                 let run = unsafe { std::slice::from_raw_parts(bufs.add(k), len) };
                 super::chain::free_tails_of(run);

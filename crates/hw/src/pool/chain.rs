@@ -189,10 +189,7 @@ impl PktBuf {
         // SAFETY: as in `segment_bytes`, and `&mut self` excludes every
         // other reference to the chain's bytes.
         unsafe {
-            std::slice::from_raw_parts_mut(
-                self.pool.inner.region.as_ptr().add(start),
-                len as usize,
-            )
+            std::slice::from_raw_parts_mut(self.pool.inner.region.as_ptr().add(start), len as usize)
         }
     }
 

@@ -45,7 +45,7 @@ mod pktbuf;
 mod rings;
 mod sync;
 
-pub use batch::{Batch, MAX_BATCH};
+pub use batch::{Batch, Marks, MAX_BATCH};
 pub use cache::PoolCache;
 pub use chain::{ChainError, Segments, MAX_FRAME, MAX_SEGS};
 pub use mempool::{Mempool, DEFAULT_BUF_SIZE, HEADROOM, META_SIZE};

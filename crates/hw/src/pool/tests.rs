@@ -343,7 +343,12 @@ fn a_chain_holds_a_large_frame_and_frees_as_one() {
     tx.free_oldest(4);
     drop(tx);
     assert_eq!(pool.free_count(), 128);
-    assert_eq!(pool.inner.chains_out.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(
+        pool.inner
+            .chains_out
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
 
 #[test]
