@@ -291,9 +291,11 @@ pub fn bpf_prog_load_xdp(
     name: &str,
     insns: &[u64],
     license: &std::ffi::CStr,
+    prog_flags: u32,
 ) -> io::Result<OwnedFd> {
     let mut log = vec![0u8; 64 * 1024];
     let r = Attr::new()
+        .u32(44, prog_flags)
         .u32(0, bpf_abi::PROG_TYPE_XDP)
         .u32(4, insns.len() as u32)
         .u64(8, insns.as_ptr() as u64)

@@ -124,6 +124,12 @@ fn afpacket_carries_jumbo_frames() {
     jumbo_frames(|i| format!("afpacket:{i}"));
 }
 
+/// Multi-buffer AF_XDP (`XDP_USE_SG`, kernel 6.6) in copy mode.
+#[test]
+fn afxdp_carries_jumbo_frames() {
+    jumbo_frames(|i| format!("afxdp:{i},mode=copy"));
+}
+
 /// TCP between namespaces whose veth ends keep their default offloads
 /// (checksum offload, TSO): byte-exact, and the receiver counts no
 /// checksum error (`nstat`).
