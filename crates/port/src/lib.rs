@@ -59,6 +59,20 @@ pub use spec::{PortSpec, SpecError};
 
 pub use nfkit_hw::{Batch, Mempool, PktBuf};
 
+/// The start-up line that states how large a frame `port` carries.
+pub fn frame_line(port: &dyn Port) -> String {
+    format!(
+        "port {}: frames up to {} bytes{}",
+        port.name(),
+        port.max_frame(),
+        if port.max_frame() > port.pool().data_room() {
+            " (chained buffers past one buffer)"
+        } else {
+            ""
+        }
+    )
+}
+
 /// Per-queue counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct QueueStats {

@@ -172,12 +172,13 @@ impl Registry {
     }
 
     pub fn open(&self, spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortError> {
-        for o in &self.openers {
-            if let Some(r) = o.open(spec, opts) {
-                return r;
-            }
-        }
-        open(spec, opts)
+        let port = self
+            .openers
+            .iter()
+            .find_map(|o| o.open(spec, opts))
+            .unwrap_or_else(|| open(spec, opts))?;
+        tracing::info!("{}", crate::frame_line(&*port));
+        Ok(port)
     }
 
     /// Parse and open.
