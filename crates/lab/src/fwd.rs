@@ -79,6 +79,7 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     let mut a = reg.open(&specs[0], &opts)?;
     let mut b = reg.open(&specs[1], &opts)?;
     for p in [&a, &b] {
+        eprintln!("{}", nfkit_port::capability_line(&**p));
         eprintln!("{}", nfkit_port::frame_line(&**p));
     }
     lab.start_load();

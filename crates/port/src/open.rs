@@ -79,6 +79,9 @@ impl<G: Send> Port for Guarded<G> {
     fn mac(&self) -> [u8; 6] {
         self.port.mac()
     }
+    fn capabilities(&self) -> crate::Caps {
+        self.port.capabilities()
+    }
     fn pool(&self) -> &Mempool {
         self.port.pool()
     }

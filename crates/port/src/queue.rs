@@ -155,12 +155,24 @@ impl Outputs {
                 continue;
             }
             let txq = q % port.tx_queues().max(1);
-            if out.any_chained() {
-                let n = drop_too_large(out, &**port);
-                if n > 0 {
-                    port.tx_refused(txq, n);
-                    self.stats.dropped[o] += n;
-                    self.stats.too_large[o] += n;
+            // One OR per packet for both marks.
+            let marks = out.marks();
+            if marks.any() {
+                if marks.chained() {
+                    let n = drop_too_large(out, &**port);
+                    if n > 0 {
+                        port.tx_refused(txq, n);
+                        self.stats.dropped[o] += n;
+                        self.stats.too_large[o] += n;
+                    }
+                }
+                // Offload state the port cannot carry out is done here, in
+                // software; what cannot be done at all is dropped.
+                if marks.offload() {
+                    self.stats.dropped[o] += crate::prepare_tx(out, port.capabilities());
+                }
+                if out.is_empty() {
+                    continue;
                 }
             }
             self.stats.sent[o] += port.tx_batch(txq, out) as u64;

@@ -158,6 +158,55 @@ pub fn tun_set_iff(fd: BorrowedFd<'_>, name: &str, flags: libc::c_short) -> io::
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// `SIOCETHTOOL` (linux/sockios.h).
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+
+/// One `ETHTOOL_G*` command that answers with a `struct ethtool_value`
+/// (`ETHTOOL_GTXCSUM`, `ETHTOOL_GTSO`, ...) on interface `ifname` of
+/// this network namespace.
+pub fn ethtool_value(ifname: &str, cmd: u32) -> io::Result<u32> {
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let fd = socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)?;
+    let mut v = EthtoolValue { cmd, data: 0 };
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { zeroed() };
+    if ifname.len() >= ifr.ifr_name.len() {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
+    // SAFETY: SIOCETHTOOL reads the ifreq and, for these commands, reads
+    // and writes the one `ethtool_value` its data pointer names, which
+    // lives until the call returns.
+    check(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            SIOCETHTOOL as _,
+            &mut ifr as *mut libc::ifreq,
+        )
+    })?;
+    Ok(v.data)
+}
+
+/// `TUNSETOFFLOAD` (linux/if_tun.h: `_IOW('T', 208, unsigned int)`).
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+
+/// Tell the kernel which offloads a TAP's reader takes (`TUN_F_*`): it
+/// then sends frames needing them (with `TUN_F_CSUM`, partial checksums
+/// flagged in the `virtio_net_hdr`).
+pub fn tun_set_offload(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is
+    // passed.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD as _, flags as libc::c_ulong) })?;
+    Ok(())
+}
+
 /// `send(fd, NULL, 0, MSG_DONTWAIT)`: the kick that makes the kernel walk
 /// a TX ring (AF_XDP, PACKET_TX_RING).
 pub fn kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {

@@ -63,6 +63,12 @@ fn tap_carries_the_host_stack() {
     // over them.
     let b = open_spec(&format!("tap:{tb},queues=2"));
     assert_eq!((b.rx_queues(), b.tx_queues()), (2, 2));
+    // IFF_VNET_HDR: partial checksums come and go as offload metadata.
+    let line = nfkit_port::capability_line(&*b);
+    assert!(
+        line.contains("tx-l4-csum") && line.contains("rx-partial-csum"),
+        "{line}"
+    );
     for (tap, ns, ip) in [(&ta, &na, "10.97.0.1/24"), (&tb, &nb, "10.97.0.2/24")] {
         nfkit_testkit::ip(&["link", "set", tap, "netns", ns.name()]).unwrap();
         ns.run(&["ip", "addr", "add", ip, "dev", tap]).unwrap();
@@ -547,4 +553,92 @@ fn afxdp_reopened_at_once_binds() {
         );
         assert!(p.is_ok(), "round {round}: {:?}", p.err());
     }
+}
+
+/// At default offloads, a UDP datagram the namespace's stack sends
+/// reaches an AF_PACKET port with its checksum partial (veth's transmit
+/// checksum offload): the port puts that in the packet's offload
+/// metadata instead of completing it, says so in its capabilities, and
+/// software finishes it for a port that cannot (the checksum then
+/// verifies). AF_XDP in copy mode names the peer's offload settings.
+#[test]
+fn kernel_checksum_state_reaches_the_metadata() {
+    use nfkit_port::{cap, prepare_tx, Batch, Caps};
+    require_root!();
+    let net = TwoHosts::at_default_offloads(1).unwrap();
+    let mut a = open_spec(&format!("afpacket:{}", net.a.host_end));
+    let caps = a.capabilities();
+    assert!(
+        caps.has(cap::TX_L4_CSUM) && caps.has(cap::RX_PARTIAL_CSUM),
+        "{caps}"
+    );
+    let line = nfkit_port::capability_line(&*a);
+    assert!(
+        line.contains("tx-l4-csum") && line.contains("max frame 1518"),
+        "{line}"
+    );
+    // The peer of a host end is in a namespace: said so.
+    let note = nfkit_port::afxdp::copy_mode_note(&net.a.host_end).unwrap();
+    assert!(note.contains("another network namespace"), "{note}");
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    let note = nfkit_port::afxdp::copy_mode_note(&veth.b).unwrap();
+    assert!(
+        note.contains(&format!("`{}`", veth.a)) && note.contains("tx-checksumming"),
+        "{note}"
+    );
+
+    let ns = &net.a.ns;
+    ns.run(&[
+        "ip",
+        "neigh",
+        "replace",
+        &net.b.ip,
+        "lladdr",
+        "02:00:00:00:00:99",
+        "dev",
+        &net.a.dev,
+        "nud",
+        "permanent",
+    ])
+    .unwrap();
+    let send = format!("echo offload-metadata > /dev/udp/{}/9", net.b.ip);
+    let mut batch = Batch::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let udp = loop {
+        ns.run(&["bash", "-c", &send]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        a.rx_batch(0, &mut batch);
+        let at = batch.iter().position(|p| {
+            let d = p.data();
+            d.len() > 42 && d[12..14] == [8, 0] && d[23] == 17 && d[36..38] == [0, 9]
+        });
+        if let Some(i) = at {
+            let mut one = Batch::new();
+            for (j, p) in batch.drain().enumerate() {
+                if j == i {
+                    let _ = one.push(p);
+                }
+            }
+            break one;
+        }
+        batch.clear();
+        assert!(std::time::Instant::now() < deadline, "no UDP frame arrived");
+    };
+    let p = udp.iter().next().unwrap();
+    let tx_csum_on = !nfkit_testkit::have_tool("ethtool")
+        || ns
+            .run(&["ethtool", "-k", &net.a.dev])
+            .unwrap()
+            .contains("tx-checksumming: on");
+    let state = p.offload().copied();
+    if tx_csum_on {
+        let o = state.expect("a partial checksum is offload metadata");
+        assert!(o.has(nfkit_hw::pool::offload::L4_CSUM), "{o:?}");
+        assert_eq!(o.l4_start(), 34);
+    }
+    let mut udp = udp;
+    assert_eq!(prepare_tx(&mut udp, Caps::NONE), 0);
+    let p = udp.iter().next().unwrap();
+    assert!(p.offload().is_none());
+    nfkit_packet::verify_checksums(p.data()).unwrap();
 }

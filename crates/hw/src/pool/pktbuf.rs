@@ -205,6 +205,12 @@ impl PktBuf {
         if self.id & CHAINED != 0 {
             self.grow_total(n as isize);
         }
+        // Offload state keeps pointing at the same headers.
+        if let Some(o) = self.offload_mut() {
+            if !o.front_grown(n) {
+                self.take_offload();
+            }
+        }
         Ok(&mut self.data_mut()[..n])
     }
 
@@ -220,6 +226,13 @@ impl PktBuf {
         self.len -= n as u16;
         if self.id & CHAINED != 0 {
             self.grow_total(-(n as isize));
+        }
+        // Offload state keeps pointing at the same headers, or goes with
+        // them.
+        if let Some(o) = self.offload_mut() {
+            if !o.front_shrunk(n) {
+                self.take_offload();
+            }
         }
         Ok(())
     }

@@ -293,9 +293,19 @@ fn offload_state_lives_and_dies_with_its_packet() {
     assert!(b.offload().is_none());
     b.set_offload(o);
     cache.free(b);
-    let b = cache.alloc().unwrap();
+    let mut b = cache.alloc().unwrap();
     assert!(b.offload().is_none());
     assert_eq!(b.id(), 0);
+    // Headers put in front or taken off: the state follows its headers,
+    // and goes when they go.
+    b.set_len(100).unwrap();
+    b.set_offload(Offload { l2_len: 14, ..o });
+    b.prepend(4).unwrap();
+    assert_eq!(b.offload().map(|o| o.l2_len), Some(18));
+    b.adj(4).unwrap();
+    assert_eq!(b.offload().map(|o| o.l2_len), Some(14));
+    b.adj(20).unwrap();
+    assert!(b.offload().is_none());
 }
 
 fn frame(n: usize) -> Vec<u8> {

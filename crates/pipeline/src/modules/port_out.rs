@@ -3,12 +3,14 @@
 //! full) are dropped and counted here.
 //!
 //! Offload state a packet carries (checksums to fill in, a VLAN tag to
-//! insert; `nfkit_hw::pool::offload`) is done here in software before
+//! insert; `nfkit_hw::pool::offload`) is split by the port's
+//! capabilities (`Port::capabilities`): what the port does itself is
+//! left on the packet for it, the rest is done here in software before
 //! the port sees the packet; a packet whose state does not fit it, or
-//! asks for segmentation, is dropped and counted (`bad_offload`). A
-//! chained frame the port cannot carry (it takes one buffer per frame,
-//! or the frame is past its maximum) is dropped and counted
-//! (`too_large`).
+//! asks for segmentation the port cannot do, is dropped and counted
+//! (`bad_offload`). A chained frame the port cannot carry (it takes one
+//! buffer per frame, or the frame is past its maximum) is dropped and
+//! counted (`too_large`).
 
 use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
@@ -22,6 +24,8 @@ pub struct PortOut {
     queue: Option<usize>,
     /// The port's transmit queues (fixed when it was opened).
     tx_queues: usize,
+    /// What the port does itself.
+    caps: nfkit_port::Caps,
     /// Packets dropped for offload state software could not carry out.
     bad_offload: u64,
     /// Chained frames the port cannot carry.
@@ -33,6 +37,7 @@ impl PortOut {
     pub fn new(port: SharedPort) -> PortOut {
         PortOut {
             tx_queues: port.tx_queues().max(1),
+            caps: port.capabilities(),
             port,
             queue: None,
             bad_offload: 0,
@@ -43,6 +48,7 @@ impl PortOut {
     pub fn queue(port: SharedPort, queue: usize) -> PortOut {
         PortOut {
             tx_queues: port.tx_queues().max(1),
+            caps: port.capabilities(),
             port,
             queue: Some(queue),
             bad_offload: 0,
@@ -58,9 +64,7 @@ impl PortOut {
     #[inline(never)]
     fn marked(&mut self, ctx: &mut Ctx<'_>, marks: nfkit_hw::pool::Marks, batch: &mut Batch) {
         if marks.offload() {
-            let before = batch.len();
-            batch.retain(|p| nfkit_packet::offload_meta::finish_in_software(p).is_ok());
-            let bad = (before - batch.len()) as u64;
+            let bad = nfkit_port::prepare_tx(batch, self.caps);
             self.bad_offload += bad;
             ctx.count_dropped(bad);
         }

@@ -37,7 +37,16 @@
 //!
 //! Interfaces keep their default offloads. The kernel's `virtio_net_hdr`
 //! before each received frame says whether its TCP/UDP checksum is
-//! partial (the sender's transmit checksum offload): nfkit completes it.
+//! partial (the sender's transmit checksum offload) or was verified:
+//! the port puts that in the packet's offload metadata (`L4_CSUM`, a
+//! checksum still to fill in; `L4_CSUM_GOOD`), and the port that sends
+//! the packet fills it in (this one through the kernel: the transmit
+//! `virtio_net_hdr` asks for it; others in software before they see
+//! it). A partial checksum at an offset nfkit does not parse (IPv6
+//! extension headers, unknown tunnels) is completed here in software.
+//! Capabilities: `tx-l4-csum tx-inner-l4-csum rx-l4-csum
+//! rx-partial-csum`; the kernel's segmentation is not offered (a buffer
+//! holds one frame), and received super-frames are cut here.
 //! A super-frame from segmentation offload (TSO: up to 64 KiB) does not
 //! fit a slot; with `PACKET_COPY_THRESH` (TPACKET_V2) the kernel also
 //! queues it whole on the socket, where nfkit reads it and cuts it into
@@ -59,6 +68,7 @@ use crate::open::{software_pool, OpenOptions};
 use crate::spec::AfPacketSpec;
 use crate::spec::TpacketVersion;
 use crate::{sys, Batch, Mempool, PktBuf, Port, PortError, QueueStats};
+use nfkit_hw::pool::offload::{self as ol, cap, Caps};
 use nfkit_hw::PoolCache;
 use nfkit_packet::offload::{self, GsoKind};
 use ring::{version_sockopt, Rings, RxFrame, TX_ROOM, VNET_HDR_LEN};
@@ -354,20 +364,36 @@ fn open_queue(
 }
 
 /// Copy a ring frame into `b`, putting back a VLAN tag the kernel took
-/// out, and completing a checksum the kernel left partial (the sender's
-/// transmit checksum offload: no NIC will finish it on the way out).
-/// Returns false if it does not fit.
+/// out, and giving it the checksum state the kernel reported: a partial
+/// checksum (the sender's transmit checksum offload) becomes an
+/// `L4_CSUM` request for the port that sends it, a verified one
+/// `L4_CSUM_GOOD`. A partial checksum where nfkit's parser does not find
+/// a TCP/UDP header is completed here. Returns false if it does not fit.
 fn copy_frame(f: &RxFrame<'_>, b: &mut PktBuf) -> bool {
     if !copy_data(f, b) {
         return false;
     }
     if let Some((start, offset)) = f.needs_csum {
         let shift = b.len() - f.data.len(); // a VLAN tag put back
-        nfkit_packet::offload::complete_partial(
-            b.data_mut(),
-            usize::from(start) + shift,
-            usize::from(offset),
-        );
+        let start = usize::from(start) + shift;
+        match nfkit_packet::offload_meta::describe(b.data()) {
+            Some(mut o)
+                if o.l4_start() == start
+                    && o.l4.csum_offset() == Some(offset)
+                    && o.check(b.len()).is_ok() =>
+            {
+                o.flags = ol::L4_CSUM;
+                b.set_offload(o);
+            }
+            _ => {
+                nfkit_packet::offload::complete_partial(b.data_mut(), start, usize::from(offset));
+            }
+        }
+    } else if f.data_valid {
+        b.set_offload(ol::Offload {
+            flags: ol::L4_CSUM_GOOD,
+            ..ol::Offload::default()
+        });
     }
     true
 }
@@ -576,6 +602,12 @@ impl Port for AfPacketPort {
         let mut refused = 0;
         for b in batch.iter() {
             let frame = b.data();
+            // Offload state reaching here is what this port does itself
+            // (`capabilities`): the TCP/UDP checksum, through the kernel.
+            let csum = b
+                .offload()
+                .filter(|o| o.has(ol::L4_CSUM))
+                .and_then(|o| Some((u16::try_from(o.l4_start()).ok()?, o.l4.csum_offset()?)));
             if !sendable(frame, b.pkt_len(), mtu) {
                 refused += 1;
             } else if b.is_chained() || frame.len() > TX_ROOM {
@@ -600,7 +632,7 @@ impl Port for AfPacketPort {
                     }
                     Err(_) => refused += 1,
                 }
-            } else if q.ring.tx_push(frame) {
+            } else if q.ring.tx_push(frame, csum) {
                 queued += 1;
                 q.stats.tx_bytes += frame.len() as u64;
             } else {
@@ -660,6 +692,17 @@ impl Port for AfPacketPort {
 
     fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+
+    /// Through `PACKET_VNET_HDR`: the kernel fills in TCP/UDP checksums
+    /// at any offset (the interface's hardware, or software on the way
+    /// out) and reports partial and verified checksums of received
+    /// frames.
+    fn capabilities(&self) -> Caps {
+        Caps::new(
+            cap::TX_L4_CSUM | cap::TX_INNER_L4_CSUM | cap::RX_L4_CSUM | cap::RX_PARTIAL_CSUM,
+            (self.mtu + ETH_HLEN + VLAN_HLEN) as u32,
+        )
     }
 
     fn pool(&self) -> &Mempool {

@@ -186,6 +186,11 @@ impl AfXdpPort {
             queues = queues.len(),
             "AF_XDP port open"
         );
+        if !zero_copy {
+            if let Some(note) = copy_mode_note(&spec.iface) {
+                tracing::warn!(port = name, "{note}");
+            }
+        }
         let pool = software_pool(name, opts.pool_buffers)?;
         let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", spec.iface))
             .ok()
@@ -224,6 +229,80 @@ impl AfXdpPort {
     /// Whether the redirect program runs in the driver (native XDP).
     pub fn native(&self) -> bool {
         self.native
+    }
+}
+
+/// `ETHTOOL_GTXCSUM`, `ETHTOOL_GTSO`, `ETHTOOL_GGSO` (linux/ethtool.h).
+const ETHTOOL_GTXCSUM: u32 = 0x16;
+const ETHTOOL_GTSO: u32 = 0x1e;
+const ETHTOOL_GGSO: u32 = 0x23;
+
+fn sys_u32(ifname: &str, file: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/{file}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The peer of a veth-like interface (its `iflink` names another
+/// interface) in this network namespace: `Ok(name)`, or `Err(ifindex)`
+/// when it is elsewhere; `None` for an interface without a peer.
+fn peer_of(ifname: &str) -> Option<Result<String, u32>> {
+    let (me, link) = (sys_u32(ifname, "ifindex")?, sys_u32(ifname, "iflink")?);
+    if link == me || link == 0 {
+        return None;
+    }
+    let here = std::fs::read_dir("/sys/class/net").ok()?.find_map(|e| {
+        let name = e.ok()?.file_name().into_string().ok()?;
+        (sys_u32(&name, "ifindex") == Some(link) && sys_u32(&name, "iflink") == Some(me))
+            .then_some(name)
+    });
+    Some(here.ok_or(link))
+}
+
+/// What copy mode means for checksums on `ifname`, to say at start-up
+/// (issue 14): the kernel does not tell an AF_XDP socket in copy mode
+/// that a frame's TCP/UDP checksum is partial, which it is when the
+/// sender on the other end of a veth has transmit checksum offload on
+/// (veth's default). `None` when there is nothing to say (no peer, or a
+/// peer with transmit checksums and segmentation off).
+pub fn copy_mode_note(ifname: &str) -> Option<String> {
+    let what = "frames sent through it with partial TCP/UDP checksums (its transmit \
+                checksum offload) reach this copy-mode socket unflagged; nfkit completes \
+                every checksum whose field holds the pseudo-header sum, in software, \
+                before forwarding";
+    match peer_of(ifname)? {
+        Ok(peer) => {
+            let on = |cmd| sys::ethtool_value(&peer, cmd).is_ok_and(|v| v != 0);
+            let mut settings = Vec::new();
+            if on(ETHTOOL_GTXCSUM) {
+                settings.push("tx-checksumming");
+            }
+            for (cmd, name) in [
+                (ETHTOOL_GTSO, "tcp-segmentation-offload"),
+                (ETHTOOL_GGSO, "generic-segmentation-offload"),
+            ] {
+                if on(cmd) {
+                    settings.push(name);
+                }
+            }
+            if settings.is_empty() {
+                return None;
+            }
+            Some(format!(
+                "AF_XDP in copy mode on `{ifname}`: its peer `{peer}` has {} on: {what}; \
+                 super-frames larger than a 1792-byte frame are dropped by the kernel \
+                 (rx_dropped). To have neither: `ethtool -K {peer} tx off tso off gso off`",
+                settings.join(", ")
+            ))
+        }
+        Err(index) => Some(format!(
+            "AF_XDP in copy mode on `{ifname}`: its peer (ifindex {index}) is in another \
+             network namespace, where nfkit cannot read its offload settings; if it has \
+             tx-checksumming on (veth's default), {what}. To avoid it: `ethtool -K PEER tx off` \
+             in that namespace"
+        )),
     }
 }
 
