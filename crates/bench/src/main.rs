@@ -146,6 +146,10 @@ enum Cmd {
         /// Measured seconds per flow count (after 1 s of warm-up).
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// Smoke run: FlowDirector at 1k entries only, one short
+        /// balancing run.
+        #[arg(long)]
+        quick: bool,
     },
     /// Cycles per packet of ExactMatch, WildcardMatch, IPLookup, ACL and
     /// BPF against table size (1k, 64k, 1M entries where the class
@@ -268,7 +272,7 @@ fn main() -> Result<()> {
         Cmd::Control { seconds, runs } => {
             nfkit_bench::control::control(seconds, runs)?;
         }
-        Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
+        Cmd::Traffic { seconds, quick } => nfkit_bench::traffic::traffic(seconds, quick)?,
         Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
         Cmd::Nfs {
             seconds,

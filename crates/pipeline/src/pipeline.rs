@@ -643,6 +643,16 @@ impl PipelineStats {
     }
 }
 
+/// `12.35G`, `833.3k`, `950`.
+fn si(v: f64) -> String {
+    match v {
+        v if v >= 1e9 => format!("{:.3}G", v / 1e9),
+        v if v >= 1e6 => format!("{:.3}M", v / 1e6),
+        v if v >= 1e3 => format!("{:.3}k", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
 impl fmt::Display for PipelineStats {
     /// A `show pipeline`-style listing: edges, drops, classes, ports.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -683,8 +693,11 @@ impl fmt::Display for PipelineStats {
                 w.sched.busy_ns,
                 w.sched.idle_ns
             )?;
+            // The loop's busy plus idle time is all the time it ran:
+            // rates over it, and each class against its parent and limit.
+            let secs = (w.sched.busy_ns + w.sched.idle_ns) as f64 / 1e9;
             for c in &w.classes {
-                writeln!(
+                write!(
                     f,
                     "  tc {} ({}{}) count={} cpu_ns={} packets={} bits={} throttled={}",
                     c.name,
@@ -699,6 +712,34 @@ impl fmt::Display for PipelineStats {
                     c.bits,
                     c.throttled
                 )?;
+                if secs > 0.0 {
+                    write!(f, " rate={}bit/s", si(c.bits as f64 / secs))?;
+                }
+                let parent = c
+                    .parent
+                    .as_ref()
+                    .and_then(|p| w.classes.iter().find(|x| &x.name == p));
+                if let Some(p) = parent.filter(|p| p.bits > 0) {
+                    write!(f, " share={:.2}%", c.bits as f64 * 100.0 / p.bits as f64)?;
+                }
+                if let (Some((res, limit)), true) = (c.limit, secs > 0.0) {
+                    let used = match res {
+                        crate::sched::Resource::Bit => c.bits,
+                        crate::sched::Resource::Packet => c.packets,
+                        crate::sched::Resource::Count => c.count,
+                        crate::sched::Resource::Cycle => c.cycles,
+                    } as f64;
+                    let owed = limit as f64 * secs;
+                    write!(
+                        f,
+                        " limit={}{res}/s used={:.2}% tokens_lost={} (used+lost={:.2}%)",
+                        si(limit as f64),
+                        used * 100.0 / owed,
+                        c.tokens_lost,
+                        (used + c.tokens_lost as f64) * 100.0 / owed
+                    )?;
+                }
+                writeln!(f)?;
             }
         }
         for (name, s) in &self.ports {
