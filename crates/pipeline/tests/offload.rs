@@ -402,8 +402,5 @@ fn port_out_leaves_to_the_port_what_it_can_do() {
     );
     assert_eq!(state[0].map(|o| o.flags), Some(ol::L4_CSUM));
     assert_eq!((&sent[1], state[1]), (&f, None));
-    assert_eq!(
-        m.extra_stats(),
-        vec![("bad_offload", 0), ("too_large", 0)]
-    );
+    assert_eq!(m.extra_stats(), vec![("bad_offload", 0), ("too_large", 0)]);
 }
