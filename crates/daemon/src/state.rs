@@ -298,6 +298,16 @@ impl Daemon {
         self.pipeline.pauses()
     }
 
+    /// How many times worker `wid` was paused (by changes of the whole
+    /// pipeline, and by commands on modules it holds).
+    pub fn worker_pauses(&self, wid: i64) -> u64 {
+        self.pipeline
+            .graph()
+            .worker_index(&worker_name(wid))
+            .map(|w| self.pipeline.worker_pauses(w))
+            .unwrap_or(0)
+    }
+
     /// Stop everything (SIGTERM, KillBess): the final statistics.
     pub fn shutdown(&mut self) -> String {
         let _ = self.pipeline.pause();
