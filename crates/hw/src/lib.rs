@@ -39,5 +39,5 @@ pub use error::HwError;
 pub use eventfd::EventFd;
 pub use mmio::{Bar, IoBar, MmioBar};
 pub use pci::{PciAddress, PciFunction};
-pub use pool::{Batch, Mempool, PktBuf, PoolCache};
+pub use pool::{Batch, ChainError, Mempool, PktBuf, PoolCache, MAX_FRAME, MAX_SEGS};
 pub use time::{poll_until, Clock, SystemClock};

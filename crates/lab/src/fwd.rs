@@ -80,6 +80,7 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     let mut b = reg.open(&specs[1], &opts)?;
     for p in [&a, &b] {
         eprintln!("{}", nfkit_port::capability_line(&**p));
+        eprintln!("{}", nfkit_port::frame_line(&**p));
     }
     lab.start_load();
     eprintln!("{}", crate::cores::pin_data_path(args.cores.as_deref())?);

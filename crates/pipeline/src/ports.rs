@@ -34,6 +34,9 @@ struct Home {
     name: String,
     rx_queues: usize,
     tx_queues: usize,
+    /// Whether the port sends chained frames, and its largest frame.
+    tx_chains: bool,
+    max_frame: usize,
     /// What the port does itself (fixed when it was opened).
     caps: nfkit_port::Caps,
     /// Control path only: taken at commit, check-out and check-in.
@@ -123,6 +126,8 @@ impl SharedPort {
             name: name.to_string(),
             rx_queues: port.rx_queues(),
             tx_queues: port.tx_queues(),
+            tx_chains: port.tx_chains(),
+            max_frame: port.max_frame(),
             caps: port.capabilities(),
             held: Mutex::new(Held::Whole(port)),
             published: Mutex::new(Vec::new()),
@@ -137,6 +142,14 @@ impl SharedPort {
     }
     pub fn tx_queues(&self) -> usize {
         self.0.tx_queues
+    }
+    /// Whether the port sends chained frames ([`Port::tx_chains`]).
+    pub fn tx_chains(&self) -> bool {
+        self.0.tx_chains
+    }
+    /// The largest frame the port carries ([`Port::max_frame`]).
+    pub fn max_frame(&self) -> usize {
+        self.0.max_frame
     }
     /// What the port does with offload state itself.
     pub fn capabilities(&self) -> nfkit_port::Caps {

@@ -261,7 +261,7 @@ fn port_out_drops_offload_state_that_does_not_fit() {
     let out = h.process(&mut *m, 0, batch);
     drop(out);
     assert_eq!(wire.lock().tx[0], vec![f]);
-    assert_eq!(m.extra_stats(), vec![("bad_offload", 2)]);
+    assert_eq!(m.extra_stats(), vec![("bad_offload", 2), ("too_large", 0)]);
 }
 
 fn arb_inner() -> impl Strategy<Value = Vec<u8>> {
@@ -402,5 +402,5 @@ fn port_out_leaves_to_the_port_what_it_can_do() {
     );
     assert_eq!(state[0].map(|o| o.flags), Some(ol::L4_CSUM));
     assert_eq!((&sent[1], state[1]), (&f, None));
-    assert_eq!(m.extra_stats(), vec![("bad_offload", 0)]);
+    assert_eq!(m.extra_stats(), vec![("bad_offload", 0), ("too_large", 0)]);
 }

@@ -60,6 +60,20 @@ pub use spec::{PortSpec, SpecError};
 pub use nfkit_hw::pool::offload::{cap, Caps};
 pub use nfkit_hw::{Batch, Mempool, PktBuf};
 
+/// The start-up line that states how large a frame `port` carries.
+pub fn frame_line(port: &dyn Port) -> String {
+    format!(
+        "port {}: frames up to {} bytes{}",
+        port.name(),
+        port.max_frame(),
+        if port.max_frame() > port.pool().data_room() {
+            " (chained buffers past one buffer)"
+        } else {
+            ""
+        }
+    )
+}
+
 /// Make a batch ready for a port with `caps` ([`Port::capabilities`]):
 /// each packet's offload state is done in software where the port
 /// cannot do it, and left to the port where it can
@@ -188,6 +202,18 @@ pub trait Port: Send {
         }
     }
     fn mac(&self) -> [u8; 6];
+    /// Largest frame the port receives and sends, in bytes (Ethernet
+    /// header included, no FCS). Larger frames are dropped and counted.
+    /// The default: what one buffer of its pool holds.
+    fn max_frame(&self) -> usize {
+        self.pool().data_room()
+    }
+    /// Whether `tx_batch` takes chained frames (up to [`Self::max_frame`]).
+    /// Loops drop chained frames meant for a port that does not, counted
+    /// as too large for it ([`queue::LoopStats::too_large`]).
+    fn tx_chains(&self) -> bool {
+        false
+    }
     /// What the port does with offload state itself, in hardware or
     /// through its kernel interface ([`Caps`]): transmit requests it
     /// carries out (software does the rest before `tx_batch`:

@@ -340,9 +340,11 @@ pub fn bpf_prog_load_xdp(
     name: &str,
     insns: &[u64],
     license: &std::ffi::CStr,
+    prog_flags: u32,
 ) -> io::Result<OwnedFd> {
     let mut log = vec![0u8; 64 * 1024];
     let r = Attr::new()
+        .u32(44, prog_flags)
         .u32(0, bpf_abi::PROG_TYPE_XDP)
         .u32(4, insns.len() as u32)
         .u64(8, insns.as_ptr() as u64)
@@ -443,4 +445,30 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usi
         return Err(e);
     }
     Ok(r as usize)
+}
+
+/// `sendmsg(2)` of one datagram gathered from `parts`, without blocking
+/// (a packet socket sends it on its bound interface; a frame larger
+/// than its TX ring's slots goes this way).
+pub fn send_parts(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
+    let mut iov: Vec<libc::iovec> = parts
+        .iter()
+        .map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        })
+        .collect();
+    // SAFETY: zeroed msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` points at `iov`, whose entries point at `parts`,
+    // all readable for their lengths during the call; the kernel only
+    // reads them.
+    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
 }

@@ -11,7 +11,10 @@
 //!
 //! The interface exists while the port is open and starts down; bring it
 //! up (and address it, move it to a namespace...) with `ip link`. One
-//! frame per `read`/`write` system call.
+//! frame per `read`/`write` system call; a frame larger than a buffer
+//! (jumbo MTU, up to [`MAX_FRAME`]) is read into a buffer and a spill
+//! area and becomes a chain (its partial checksum completed in software
+//! first), and a chain is written with one `writev`.
 //!
 //! The interface is made with `IFF_VNET_HDR`, and nfkit tells the kernel
 //! it takes partial checksums (`TUNSETOFFLOAD` with `TUN_F_CSUM`, as
@@ -41,7 +44,14 @@ const TUN_F_CSUM: libc::c_uint = 0x01;
 struct TapQueue {
     file: File,
     stats: QueueStats,
+    /// Where a read puts the part of a frame past its first buffer (a
+    /// jumbo frame), one byte more than the largest so a cut is seen.
+    spill: Vec<u8>,
 }
+
+/// Largest frame through a TAP port: an MTU of 65,535 with its Ethernet
+/// header and one 802.1Q tag.
+pub const MAX_FRAME: usize = 65_535 + 14 + 4;
 
 pub struct TapPort {
     name: String,
@@ -72,6 +82,7 @@ impl TapPort {
             queues.push(TapQueue {
                 file,
                 stats: QueueStats::default(),
+                spill: vec![0; MAX_FRAME + 1],
             });
         }
         let pool = software_pool(name, opts.pool_buffers)?;
@@ -182,9 +193,11 @@ impl Port for TapPort {
             let room = b.len() + b.tailroom();
             let _ = b.set_len(room);
             let mut hdr = [0u8; VNET_HDR_LEN];
-            let read = q
-                .file
-                .read_vectored(&mut [IoSliceMut::new(&mut hdr), IoSliceMut::new(b.data_mut())]);
+            let read = q.file.read_vectored(&mut [
+                IoSliceMut::new(&mut hdr),
+                IoSliceMut::new(b.data_mut()),
+                IoSliceMut::new(&mut q.spill),
+            ]);
             let read = match read {
                 Ok(n) if n < VNET_HDR_LEN => Ok(0),
                 Ok(n) => Ok(n - VNET_HDR_LEN),
@@ -195,17 +208,38 @@ impl Port for TapPort {
                     q.stats.rx_errors += 1;
                     self.rx_cache.free(b);
                 }
-                Ok(len) if len >= room => {
-                    // The frame filled the buffer: it was cut short.
+                Ok(len) if len > MAX_FRAME => {
+                    // Larger than any MTU allows: cut short.
                     q.stats.rx_errors += 1;
                     self.rx_cache.free(b);
                     if !self.warned_rx {
                         self.warned_rx = true;
                         tracing::warn!(
                             port = %self.name,
-                            "a frame did not fit a {room}-byte buffer and was dropped (counted in rx_errors): lower the MTU (`ip link set {} mtu 1500`)",
-                            self.ifname
+                            "a frame larger than {MAX_FRAME} bytes was dropped (counted in rx_errors)"
                         );
+                    }
+                }
+                Ok(len) if len > room => {
+                    // A jumbo frame: a chain, its partial checksum (the
+                    // kernel's, with TUN_F_CSUM) completed over all of it
+                    // first.
+                    let mut whole = Vec::with_capacity(len);
+                    whole.extend_from_slice(b.data());
+                    whole.extend_from_slice(&q.spill[..len - room]);
+                    self.rx_cache.free(b);
+                    if hdr[0] & offload_meta::VNET_F_NEEDS_CSUM != 0 {
+                        let rd =
+                            |at: usize| usize::from(u16::from_le_bytes([hdr[at], hdr[at + 1]]));
+                        nfkit_packet::offload::complete_partial(&mut whole, rd(6), rd(8));
+                    }
+                    match self.pool.alloc_frame(&whole) {
+                        Ok(c) => {
+                            q.stats.rx_bytes += len as u64;
+                            batch.push(c);
+                            n += 1;
+                        }
+                        Err(_) => q.stats.rx_dropped += 1,
                     }
                 }
                 Ok(len) => {
@@ -249,13 +283,18 @@ impl Port for TapPort {
                 .offload()
                 .map(offload_meta::to_virtio_net_hdr)
                 .unwrap_or([0; VNET_HDR_LEN]);
-            match q
-                .file
-                .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(b.data())])
-            {
+            let wrote = if b.is_chained() {
+                let mut parts = vec![IoSlice::new(&hdr)];
+                parts.extend(b.segments().map(IoSlice::new));
+                q.file.write_vectored(&parts)
+            } else {
+                q.file
+                    .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(b.data())])
+            };
+            match wrote {
                 Ok(_) => {
                     q.stats.tx_packets += 1;
-                    q.stats.tx_bytes += b.len() as u64;
+                    q.stats.tx_bytes += b.pkt_len() as u64;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => {
@@ -313,6 +352,14 @@ impl Port for TapPort {
 
     fn pool(&self) -> &Mempool {
         &self.pool
+    }
+
+    fn max_frame(&self) -> usize {
+        MAX_FRAME
+    }
+
+    fn tx_chains(&self) -> bool {
+        true
     }
 
     fn take_error(&mut self) -> Option<PortError> {

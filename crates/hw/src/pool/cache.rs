@@ -113,6 +113,16 @@ impl PoolCache {
                 ids[len].write(buf.id());
                 len += 1;
             }
+            if pool
+                .inner
+                .chains_out
+                .load(std::sync::atomic::Ordering::Relaxed)
+                != 0
+            {
+                // SAFETY: k + len <= n.
+                let run = unsafe { std::slice::from_raw_parts(bufs.add(k), len) };
+                super::chain::free_tails_of(run);
+            }
             // SAFETY: the first `len` ids were written just above.
             let ids = unsafe { std::slice::from_raw_parts(ids.as_ptr().cast::<u32>(), len) };
             // The run's ids now belong to `ids`: the packets are forgotten.
