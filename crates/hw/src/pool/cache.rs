@@ -2,7 +2,8 @@
 //! of another pool that go home under one lock.
 
 use super::mempool::{give_back, Mempool};
-use super::pktbuf::PktBuf;
+use super::batch::Batch;
+use super::pktbuf::{offload_used, PktBuf};
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};
 
@@ -74,6 +75,21 @@ impl PoolCache {
         run.flush();
     }
 
+    /// Free every packet of `batch`, leaving it empty: runs of this
+    /// pool's packets go to the cache, runs of another pool home under
+    /// one lock each (as a transmit ring frees what it sent).
+    pub fn free_batch(&mut self, batch: &mut Batch) {
+        let n = batch.pkts.len();
+        let bufs = batch.pkts.as_ptr();
+        // SAFETY: the batch's `n` packets are initialized; its length is
+        // 0 before they are read, so it never drops or hands out them
+        // again, and `free_all` neither unwinds nor uses them twice.
+        unsafe {
+            batch.pkts.set_len(0);
+            self.free_all(bufs, n);
+        }
+    }
+
     /// One buffer of [`Self::free_bulk`]: kept if it is this pool's,
     /// else added to `run` (flushed first if it is another pool's run or
     /// full).
@@ -97,6 +113,25 @@ impl PoolCache {
     /// forgets.
     #[inline]
     pub(super) unsafe fn free_all(&mut self, bufs: *const PktBuf, n: usize) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            if offload_used() {
+                self.free_all_as::<true>(bufs, n)
+            } else {
+                // No handle has its offload flag set: the ids are clean
+                // as they are (one AND per packet saved).
+                self.free_all_as::<false>(bufs, n)
+            }
+        }
+    }
+
+    /// [`Self::free_all`], clearing each handle's offload flag from its
+    /// id if `CLEAN` (not needed while no packet ever had offload state).
+    ///
+    /// # Safety
+    /// As [`Self::free_all`].
+    #[inline(always)]
+    unsafe fn free_all_as<const CLEAN: bool>(&mut self, bufs: *const PktBuf, n: usize) {
         let mut k = 0;
         while k < n {
             // SAFETY: k < n (caller's contract).
@@ -110,7 +145,7 @@ impl PoolCache {
                 if !buf.pool.same(pool) {
                     break;
                 }
-                ids[len].write(buf.id());
+                ids[len].write(if CLEAN { buf.id() } else { buf.id });
                 len += 1;
             }
             // SAFETY: the first `len` ids were written just above.
@@ -161,9 +196,16 @@ impl PoolCache {
         self.ids.extend_from_slice(ids);
     }
 
+    /// Refill from the shared stack up to `2 * limit` ids (the most the
+    /// cache keeps), at most `4 * CACHE_CHUNK` at a time. A receive
+    /// ring's cache (`RING_CACHE`), which only allocates, so goes to the
+    /// stack once per 128 buffers, as a ring-sized one did, and still
+    /// keeps no more than `2 * RING_CACHE`.
     #[cold]
     pub(super) fn refill(&mut self) {
-        let want = self.limit.min(CACHE_CHUNK * 4);
+        let want = (2 * self.limit)
+            .saturating_sub(self.ids.len())
+            .min(CACHE_CHUNK * 4);
         let inner = &self.pool.inner;
         inner.free.lock().take(inner, want, &mut self.ids);
     }
