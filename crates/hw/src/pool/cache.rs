@@ -1,8 +1,8 @@
 //! The per-core cache of free entry ids, and the runs of freed buffers
 //! of another pool that go home under one lock.
 
-use super::mempool::{give_back, Mempool};
 use super::batch::Batch;
+use super::mempool::{give_back, Mempool};
 use super::pktbuf::{offload_used, PktBuf};
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};
