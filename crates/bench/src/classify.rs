@@ -22,9 +22,9 @@ use std::time::Instant;
 
 const FRAMES: usize = 8192;
 
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -34,7 +34,7 @@ impl Rng {
 
 /// An Ethernet/IPv4/TCP SYN from `src`:1000 to `dst`:`dport` (checksums
 /// are not looked at by the classifiers).
-fn frame(src: u32, dst: u32, dport: u16) -> Vec<u8> {
+pub(crate) fn frame(src: u32, dst: u32, dport: u16) -> Vec<u8> {
     let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0];
     f.extend_from_slice(&[0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0]);
     f.extend_from_slice(&src.to_be_bytes());
@@ -57,7 +57,7 @@ fn cpu_hz() -> f64 {
 }
 
 /// Nanoseconds per packet of `m` over `frames`.
-fn measure(m: &mut dyn Module, frames: &[Vec<u8>], packets: usize) -> f64 {
+pub(crate) fn measure(m: &mut dyn Module, frames: &[Vec<u8>], packets: usize) -> f64 {
     let dma = SimDma::new();
     let pool = Mempool::new(&*dma, "bench", FRAMES + 256, 2048).unwrap();
     let mut batches: Vec<Batch> = frames

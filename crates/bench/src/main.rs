@@ -90,14 +90,17 @@ enum Cmd {
     },
     /// RFC 2544 (§26.1-§26.4): throughput at a loss bound, latency at
     /// load steps, frame loss rate and back-to-back bursts, for any DUT
-    /// over vhost-user or simulated 82599s; a table while it runs, JSON
+    /// over vhost-user, simulated 82599s or veth; a table while it runs, JSON
     /// of every trial and plots (SVG, PNG) in --out.
     Rfc2544 {
         /// DUT: fwd, nf:NAME or pipeline:FILE, each optionally @agent or
-        /// @queue (repeat for several). Default: fwd@queue.
+        /// @queue; or the yardsticks testpmd:io, testpmd:macswap (DPDK;
+        /// vhost or veth) and kernel:forward, kernel:bridge (a namespace;
+        /// veth). Repeat for several. Default: fwd@queue.
         #[arg(long = "dut")]
         duts: Vec<String>,
-        /// Wiring (repeat for several): vhost or sim. Default: vhost.
+        /// Wiring (repeat for several): vhost, sim or veth (two veth pairs,
+        /// the tester on afpacket:; needs root). Default: vhost.
         #[arg(long = "wiring", value_enum)]
         wirings: Vec<nfkit_bench::rfc2544::dut::Wiring>,
         /// Frame sizes with FCS (64..1518) or imix (repeat or comma-separate).
@@ -138,6 +141,11 @@ enum Cmd {
         /// 1518 B unless --size is given, bursts up to 4,096.
         #[arg(long)]
         quick: bool,
+        /// Before the cases, check the generator once: its rate paced and
+        /// flat out, against DPDK testpmd's txonly into the same kind of
+        /// sink, and its timestamps' resolution (needs dpdk-testpmd).
+        #[arg(long)]
+        cross_check: bool,
     },
     /// RateLimit shaping 1 to 4,096 flows at 1-11 Mbit/s each: per-flow
     /// accuracy, inter-packet-gap sigma and cycles per packet at the
@@ -146,6 +154,10 @@ enum Cmd {
         /// Measured seconds per flow count (after 1 s of warm-up).
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// Smoke run: FlowDirector at 1k entries only, one short
+        /// balancing run.
+        #[arg(long)]
+        quick: bool,
     },
     /// Cycles per packet of ExactMatch, WildcardMatch, IPLookup, ACL and
     /// BPF against table size (1k, 64k, 1M entries where the class
@@ -215,6 +227,7 @@ fn main() -> Result<()> {
             out,
             cores,
             quick,
+            cross_check,
         } => {
             use nfkit_bench::rfc2544::{dut::Dut, dut::Wiring, Frame, Options, Test};
             let duts = if duts.is_empty() {
@@ -231,6 +244,7 @@ fn main() -> Result<()> {
                 anyhow::bail!("--trial {trial}: takes more than 0 and up to 3600 seconds");
             }
             let opts = Options {
+                cross_check,
                 duts: duts.iter().map(|d| Dut::parse(d)).collect::<Result<_>>()?,
                 wirings: if wirings.is_empty() {
                     vec![Wiring::Vhost]
@@ -268,7 +282,7 @@ fn main() -> Result<()> {
         Cmd::Control { seconds, runs } => {
             nfkit_bench::control::control(seconds, runs)?;
         }
-        Cmd::Traffic { seconds } => nfkit_bench::traffic::traffic(seconds)?,
+        Cmd::Traffic { seconds, quick } => nfkit_bench::traffic::traffic(seconds, quick)?,
         Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
         Cmd::Nfs {
             seconds,

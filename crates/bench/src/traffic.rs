@@ -9,12 +9,28 @@
 //! last packet over its configured rate; the minimum over flows, and the
 //! flows under 0.999), the inter-packet-gap σ (mean over flows), the
 //! shaper's cycles per packet (measured apart: the module alone, every
-//! flow backlogged, one enqueue and one dequeue per packet), and the shaper's
+//! flow backlogged, 4,096 packets held in all, one enqueue and one
+//! dequeue per packet), and the shaper's
 //! `tokens_lost` (credit lost while the worker fell behind). Targets:
 //! accuracy >= 0.999 at 1,000 flows; cycles per packet within 20% from 1
-//! to 4,096 flows. FlowDirector and AdaptiveLB (parts b and c) are not
-//! built yet.
+//! to 4,096 flows.
+//!
+//! Part b: FlowDirector's cycles per packet at 1k, 64k and 1M exact
+//! 5-tuple entries (batches of 32 over 8,192 frames hitting random
+//! entries, as `bench classify` measures ExactMatch).
+//!
+//! Part c: AdaptiveLB against HashLB on a skewed workload, on virtual
+//! time (so the figures do not depend on this machine's load): 4 gates
+//! served at 120, 120, 80 and 80 kpps (FIFO servers, 1,024 packets of
+//! queue each), 4 elephant flows of 32 kpps each among mice (20 packets
+//! 1 ms apart, a new mouse every 150 µs on average), 1,000-byte
+//! packets, 65% of the gates' capacity offered. Each packet goes
+//! through the real module at its arrival time; reported: p50 and p99
+//! latency (arrival to end of service), drops, and imbalance (the
+//! busiest gate's offered load over its capacity, against the same
+//! ratio for all gates together: 1.00 is perfect), medians over seeds.
 
+use crate::classify::{frame, Rng};
 use crate::testpmd::{tsc_hz, FORWARDING_CORE, WARMUP};
 use anyhow::{anyhow, Result};
 use nfkit_hw::sim::SimDma;
@@ -22,7 +38,10 @@ use nfkit_hw::{Batch, Mempool};
 use nfkit_pipeline::args::{Args, Value};
 use nfkit_pipeline::counters::ModuleCounters;
 use nfkit_pipeline::module::{Ctx, Module};
-use nfkit_pipeline::modules::{BuildEnv, Registry};
+use nfkit_pipeline::modules::adaptive_lb::AdaptiveLb;
+use nfkit_pipeline::modules::flow_director::{FlowDirector, Learn};
+use nfkit_pipeline::modules::flow_table::pack;
+use nfkit_pipeline::modules::{BuildEnv, HashFields, HashLb, Registry};
 use nfkit_pipeline::sched::{Placement, PolicySpec, RealClock, Resource};
 use nfkit_pipeline::{Graph, Pipeline};
 use parking_lot::Mutex;
@@ -157,7 +176,7 @@ pub fn measure(flows: usize, seconds: u64, hz: f64) -> Result<TrafficResult> {
     let mut frame = vec![0u8; FRAME];
     frame[12..14].copy_from_slice(&[0x88, 0xb5]);
 
-    let shaper = shaper(flows, &pool)?;
+    let shaper = shaper(flows, &pool, 64)?;
     let from_ns = Arc::new(Mutex::new(u64::MAX));
     let seen = Arc::new(Mutex::new(vec![Seen::default(); flows]));
     let mut g = Graph::new();
@@ -245,14 +264,17 @@ pub fn measure(flows: usize, seconds: u64, hz: f64) -> Result<TrafficResult> {
 /// a virtual time that lets ~32 packets through per run.
 pub fn shaper_cycles(flows: usize, hz: f64) -> Result<f64> {
     let dma = SimDma::new();
-    let pool = Mempool::new(&*dma, "shaper", 4 * flows + 1024, 2048)?;
-    let mut m = shaper(flows, &pool)?;
+    // The same 4,096 packets held whatever the flow count (at least 4
+    // a flow), so that every case touches as many packet buffers and
+    // the figure is the shaper's own state's cost.
+    let depth = 4096usize.div_ceil(flows).max(4);
+    let pool = Mempool::new(&*dma, "shaper", depth * flows + 1024, 2048)?;
+    let mut m = shaper(flows, &pool, depth)?;
     let counters = ModuleCounters::default();
     let (mut outs, mut trash) = ([Batch::new()], Batch::new());
     let mut frame = vec![0u8; FRAME];
     let mut t: u64 = 1_000_000_000;
-    // Four packets queued in every flow.
-    for _ in 0..4 {
+    for _ in 0..depth {
         for chunk in (0..flows).collect::<Vec<_>>().chunks(32) {
             let mut b = Batch::new();
             for &f in chunk {
@@ -286,7 +308,7 @@ pub fn shaper_cycles(flows: usize, hz: f64) -> Result<f64> {
 
 /// A RateLimit keyed on the 2-byte flow number at offset 14, flow i at
 /// `rate(i)`.
-fn shaper(flows: usize, pool: &Mempool) -> Result<Box<dyn Module>> {
+fn shaper(flows: usize, pool: &Mempool, queue: usize) -> Result<Box<dyn Module>> {
     let registry = Registry::default();
     let env = BuildEnv {
         ports: Default::default(),
@@ -301,7 +323,7 @@ fn shaper(flows: usize, pool: &Mempool) -> Result<Box<dyn Module>> {
             ])]),
         ),
         ("flows", Value::Int(8192)),
-        ("queue", Value::Int(64)),
+        ("queue", Value::Int(queue as u64)),
     ]);
     let mut shaper = registry
         .build("RateLimit", &mut args, &env)
@@ -319,7 +341,7 @@ fn shaper(flows: usize, pool: &Mempool) -> Result<Box<dyn Module>> {
 }
 
 /// `nfkit bench traffic`.
-pub fn traffic(seconds: u64) -> Result<()> {
+pub fn traffic(seconds: u64, quick: bool) -> Result<()> {
     let hz = tsc_hz()?;
     println!(
         "RateLimit: flow i at 1 + (i mod 11) Mbit/s, {FRAME}-byte frames offered 5% above each rate; \
@@ -357,6 +379,204 @@ pub fn traffic(seconds: u64) -> Result<()> {
         "targets: accuracy >= 0.999 at 1,000 flows; cycles/pkt within 20% from 1 to 4,096 flows (here {:+.0}%)",
         (hi / lo - 1.0) * 100.0
     );
-    println!("not built yet: FlowDirector (part b), AdaptiveLB against HashLB (part c)");
+    println!();
+    flow_director(hz, quick)?;
+    println!();
+    balance(quick);
     Ok(())
+}
+
+/// Part b: FlowDirector cycles per packet against its entries.
+pub fn flow_director(hz: f64, quick: bool) -> Result<()> {
+    let sizes: &[usize] = if quick {
+        &[1_000]
+    } else {
+        &[1_000, 65_536, 1_048_576]
+    };
+    let packets = if quick { 100_000 } else { 2_000_000 };
+    println!(
+        "FlowDirector: exact 5-tuple entries, batches of 32 over 8,192 frames hitting random entries, {packets} packets a case"
+    );
+    println!("{:>9} {:>11} {:>8}", "entries", "cycles/pkt", "ns/pkt");
+    let mut rng = Rng(0x5eed_f10d_0000_0001);
+    for &n in sizes {
+        let mut fd = FlowDirector::new(4, n, Learn::None);
+        for i in 0..n as u32 {
+            fd.add(
+                pack(0x0a00_0001, 0x0b00_0000 + i, 6, 1000, 80),
+                (i % 4) as u16,
+            )
+            .map_err(|e| anyhow!("{e}"))?;
+        }
+        let frames: Vec<Vec<u8>> = (0..8192)
+            .map(|_| {
+                frame(
+                    0x0a00_0001,
+                    0x0b00_0000 + (rng.next() % n as u64) as u32,
+                    80,
+                )
+            })
+            .collect();
+        let ns = crate::classify::measure(&mut fd, &frames, packets);
+        println!("{:>9} {:>11.1} {:>8.1}", n, ns * hz / 1e9, ns);
+    }
+    Ok(())
+}
+
+/// One balancer's result on the skewed workload.
+#[derive(Debug, Clone, Copy)]
+pub struct Balance {
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub drops: f64,
+    pub imbalance: f64,
+}
+
+/// Gate service rates (packets per second).
+const GATE_PPS: [f64; 4] = [120e3, 120e3, 80e3, 80e3];
+const QUEUE: f64 = 1024.0;
+
+/// Arrivals of the skewed workload: (time ns, src, dst, sport, dport).
+fn workload(seed: u64, ms: u64) -> Vec<(u64, u32, u32, u16, u16)> {
+    let mut rng = Rng(seed | 1);
+    let end = ms * 1_000_000;
+    let mut pkts = Vec::new();
+    // Elephants: 32 kpps each, from a random start phase.
+    for e in 0..4u32 {
+        let (src, dst) = (rng.next() as u32, rng.next() as u32);
+        let mut t = rng.next() % 31_250;
+        while t < end {
+            pkts.push((t, src, dst, 5000 + e as u16, 80));
+            t += 31_250;
+        }
+    }
+    // Mice: a new one every 150 us on average (exponential gaps), 20
+    // packets 1 ms apart.
+    let mut t = 0u64;
+    while t < end {
+        let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        t += (-(1.0 - u).ln() * 150_000.0) as u64;
+        let (src, dst, sp) = (rng.next() as u32, rng.next() as u32, rng.next() as u16);
+        for k in 0..20 {
+            let at = t + k * 1_000_000;
+            if at < end {
+                pkts.push((at, src, dst, sp, 443));
+            }
+        }
+    }
+    pkts.sort_unstable();
+    pkts
+}
+
+/// Run `lb` (gates 0..4) over the workload, gates as FIFO servers.
+fn run_balance(lb: &mut dyn Module, pkts: &[(u64, u32, u32, u16, u16)]) -> Result<Balance> {
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "balance", 256, 2048)?;
+    let counters = ModuleCounters::default();
+    let mut outs: Vec<Batch> = (0..lb.ogates()).map(|_| Batch::new()).collect();
+    let mut trash = Batch::new();
+    let mut free_at = [0f64; 4];
+    let mut offered = [0u64; 4];
+    let mut lat = Vec::with_capacity(pkts.len());
+    let mut drops = 0u64;
+    let mut f = frame(0, 0, 0);
+    f.resize(1000, 0);
+    // UDP, lengths that agree with the frame (HashLB parses them).
+    f[23] = 17;
+    f[16..18].copy_from_slice(&986u16.to_be_bytes());
+    f[38..40].copy_from_slice(&966u16.to_be_bytes());
+    f[40..42].copy_from_slice(&[0, 0]);
+    for &(t, src, dst, sp, dp) in pkts {
+        f[26..30].copy_from_slice(&src.to_be_bytes());
+        f[30..34].copy_from_slice(&dst.to_be_bytes());
+        f[34..36].copy_from_slice(&sp.to_be_bytes());
+        f[36..38].copy_from_slice(&dp.to_be_bytes());
+        let mut p = pool.alloc().ok_or_else(|| anyhow!("pool empty"))?;
+        p.copy_from(&f).map_err(|e| anyhow!("{e:?}"))?;
+        let mut b = Batch::new();
+        let _ = b.push(p);
+        let mut ctx = Ctx::new(&mut outs, &mut trash, &[], &counters, t, 0);
+        lb.process(&mut ctx, 0, &mut b);
+        trash.clear();
+        for (g, o) in outs.iter_mut().enumerate() {
+            if o.is_empty() {
+                continue;
+            }
+            o.clear();
+            let g = g.min(3);
+            offered[g] += 1;
+            let now = t as f64;
+            let service = 1e9 / GATE_PPS[g];
+            let backlog = (free_at[g] - now).max(0.0) / service;
+            if backlog >= QUEUE {
+                drops += 1;
+                continue;
+            }
+            free_at[g] = free_at[g].max(now) + service;
+            lat.push(free_at[g] - now);
+        }
+    }
+    lat.sort_unstable_by(f64::total_cmp);
+    let q = |x: f64| lat.get(((lat.len() as f64 * x) as usize).min(lat.len().saturating_sub(1)));
+    let total: u64 = offered.iter().sum();
+    let cap: f64 = GATE_PPS.iter().sum();
+    let worst = (0..4)
+        .map(|g| offered[g] as f64 / GATE_PPS[g])
+        .fold(0.0, f64::max);
+    Ok(Balance {
+        p50_us: q(0.5).copied().unwrap_or(0.0) / 1e3,
+        p99_us: q(0.99).copied().unwrap_or(0.0) / 1e3,
+        drops: drops as f64 / total.max(1) as f64,
+        imbalance: worst / (total as f64 / cap),
+    })
+}
+
+/// Both balancers over `seeds` runs of `ms` of virtual time each.
+pub fn compare(seeds: u64, ms: u64) -> Result<[(&'static str, Vec<Balance>); 2]> {
+    let mut adaptive = Vec::new();
+    let mut hash = Vec::new();
+    for s in 0..seeds {
+        let pkts = workload(0x9e37_79b9 * (s + 1), ms);
+        adaptive.push(run_balance(
+            &mut AdaptiveLb::new(&[0, 1, 2, 3], 1 << 20),
+            &pkts,
+        )?);
+        hash.push(run_balance(&mut HashLb::new(4, HashFields::L4), &pkts)?);
+    }
+    Ok([("AdaptiveLB", adaptive), ("HashLB", hash)])
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_unstable_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Part c.
+pub fn balance(quick: bool) {
+    let (seeds, ms) = if quick { (1, 200) } else { (7, 2000) };
+    println!(
+        "AdaptiveLB vs HashLB: gates at 120/120/80/80 kpps (FIFO, 1,024-packet queues), 4 elephants of 32 kpps among 20-packet mice, \
+         65% load, 1,000-byte packets; virtual time, {ms} ms x {seeds} seeds (medians; worst p99 in brackets)"
+    );
+    println!(
+        "{:<11} {:>9} {:>9} {:>12} {:>8} {:>10}",
+        "balancer", "p50 us", "p99 us", "(worst p99)", "drops %", "imbalance"
+    );
+    match compare(seeds, ms) {
+        Ok(rows) => {
+            for (name, r) in rows {
+                let m = |f: fn(&Balance) -> f64| median(r.iter().map(f).collect());
+                let worst = r.iter().map(|b| b.p99_us).fold(0.0, f64::max);
+                println!(
+                    "{name:<11} {:>9.1} {:>9.1} {:>12.1} {:>8.3} {:>10.2}",
+                    m(|b| b.p50_us),
+                    m(|b| b.p99_us),
+                    worst,
+                    m(|b| b.drops * 100.0),
+                    m(|b| b.imbalance)
+                );
+            }
+        }
+        Err(e) => println!("balance: {e}"),
+    }
 }

@@ -74,7 +74,7 @@ fn bench_pipeline_prints_every_case() {
 #[test]
 fn traffic_prints_a_row_per_flow_count() {
     // No root or tool needed: the shaper runs in the pipeline alone.
-    let text = bench(&["traffic", "--seconds", "1"]);
+    let text = bench(&["traffic", "--seconds", "1", "--quick"]);
     for flows in ["1", "10", "100", "1000", "4096"] {
         assert!(
             text.lines()
@@ -83,6 +83,18 @@ fn traffic_prints_a_row_per_flow_count() {
         );
     }
     assert!(text.contains("targets: accuracy >= 0.999"), "{text}");
+    for row in ["AdaptiveLB", "HashLB"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(row)),
+            "no {row} row:\n{text}"
+        );
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().next() == Some("1000")
+                && l.split_whitespace().count() == 3),
+        "no FlowDirector row:\n{text}"
+    );
 }
 
 #[test]

@@ -34,6 +34,15 @@ pub fn demo_summary(opts: &DemoOptions, r: &DemoReport) {
             println!("  {l}");
         }
     }
+    match &r.lockstep {
+        Some(Ok(c)) => {
+            for l in c.lines() {
+                println!("  {l}");
+            }
+        }
+        Some(Err(e)) => println!("  driver cost, lock-step: not measured: {e}"),
+        None => {}
+    }
     println!(
         "  counters add up: {}",
         if r.adds_up() { "yes" } else { "NO" }

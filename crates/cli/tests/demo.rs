@@ -31,6 +31,7 @@ fn demo_forwards_and_accounts_for_every_frame_in_both_models() {
         let text = demo(model);
         assert!(text.contains("[Device: sim:0] RX:"), "{text}");
         assert!(text.contains("counters add up: yes"), "{text}");
+        assert!(text.contains("driver cost, lock-step: "), "{text}");
         assert_eq!(field(&text, "datasheet violations"), 0, "{text}");
         assert!(field(&text, "forwarded") > 0, "{text}");
         assert_eq!(

@@ -2,7 +2,7 @@
 //! `prometheus`), started by the test with a 1 s scrape interval,
 //! scrapes the daemon; its HTTP query API returns nfkit series equal to
 //! the daemon's own counters (read with `nfkit ctl` while the workers
-//! are paused). A metrics port in use is a clear start-up error.
+//! are paused), per port and per queue (two transmit queues of a simulated 82599). A metrics port in use is a clear start-up error.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -127,6 +127,16 @@ fn prometheus_scrapes_the_daemons_counters() {
     ctl(&socket, &["add", "module", "src", "Source", "size=60"]);
     ctl(&socket, &["add", "module", "sink", "Sink"]);
     ctl(&socket, &["connect", "src", "sink"]);
+    // A simulated 82599 with two transmit queues, one Source into each:
+    // per-queue series and their total.
+    ctl(&socket, &["add", "port", "s0", "sim:0"]);
+    for q in ["0", "1"] {
+        let (g, o) = (format!("g{q}"), format!("q{q}"));
+        ctl(&socket, &["add", "module", &g, "Source", "size=60"]);
+        let arg = format!("port=s0, qid={q}");
+        ctl(&socket, &["add", "module", &o, "QueueOut", &arg]);
+        ctl(&socket, &["connect", &g, &o]);
+    }
 
     // Prometheus scraping the daemon once a second.
     let prom = format!("127.0.0.1:{}", free_port());
@@ -186,14 +196,17 @@ fn prometheus_scrapes_the_daemons_counters() {
     };
     let (src_pkts, src_batches) = edge("src");
     let (in_pkts, _) = edge("in");
-    let ports = ctl(&socket, &["show", "port", "p0"]);
-    let rx: u64 = ports
-        .lines()
-        .find(|l| l.trim_start().starts_with("Inc:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .map(num)
-        .unwrap();
-    assert!(src_pkts > 0 && in_pkts > 0 && rx > 0, "{j} {ports}");
+    let port_count = |name: &str, side: &str| -> u64 {
+        let ports = ctl(&socket, &["show", "port", name]);
+        ports
+            .lines()
+            .find(|l| l.trim_start().starts_with(side))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .map(num)
+            .unwrap_or_else(|| panic!("{ports}"))
+    };
+    let (rx, sim_tx) = (port_count("p0", "Inc:"), port_count("s0", "Out:"));
+    assert!(src_pkts > 0 && in_pkts > 0 && rx > 0 && sim_tx > 0, "{j}");
 
     // Prometheus sees the same numbers after its next scrape.
     let want = [
@@ -210,6 +223,17 @@ fn prometheus_scrapes_the_daemons_counters() {
             in_pkts,
         ),
         ("nfkit_port_rx_packets_total{port=\"p0\"}", rx),
+        (
+            "nfkit_port_queue_rx_packets_total{port=\"p0\",queue=\"0\"}",
+            rx,
+        ),
+        // The total of a two-queue port is the sum of its queues.
+        ("nfkit_port_tx_packets_total{port=\"s0\"}", sim_tx),
+        (
+            "sum(nfkit_port_queue_tx_packets_total{port=\"s0\"})",
+            sim_tx,
+        ),
+        ("count(nfkit_port_queue_tx_packets_total{port=\"s0\"})", 2),
     ];
     let t = Instant::now();
     loop {
@@ -228,6 +252,12 @@ fn prometheus_scrapes_the_daemons_counters() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+    // Both queues carried traffic.
+    assert!(
+        prom_value(&prom, "min(nfkit_port_queue_tx_packets_total{port=\"s0\"})")
+            .is_some_and(|v| v > 0.0),
+        "a queue of s0 carried nothing"
+    );
     // Worker time and the pool are there too.
     assert!(prom_value(&prom, "nfkit_worker_busy_seconds_total{worker=\"w0\"}").is_some());
     assert!(prom_value(&prom, "nfkit_pool_in_use_buffers").is_some());

@@ -2,7 +2,9 @@
 //! a running daemon as pcap that the real `tcpdump` reads (from a file
 //! and from a pipe); a FIFO nobody reads only drops captures (counted),
 //! forwarding goes on; a capture client killed mid-way leaves the
-//! daemon forwarding.
+//! daemon forwarding. BESS's `defer` and `reconnect` options and gate −1
+//! (every gate), GetModuleInfo's gate hooks, and a FIFO closed when its
+//! module is destroyed.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -118,26 +120,7 @@ fn tcpdump_a_gate_into_tcpdump() {
         .open(&fifo)
         .unwrap();
     let mut c = nfkit_ctl::Ctl::connect(nfkit_ctl::Target::Unix(socket.clone())).unwrap();
-    let hook = |enable| {
-        use nfkit_daemon::pb;
-        (
-            pb::GateHookInfo {
-                class_name: "TcpDump".into(),
-                hook_name: "stuck".into(),
-                module_name: "src".into(),
-                gate: Some(pb::gate_hook_info::Gate::Ogate(0)),
-                arg: Some(nfkit_daemon::mclass::pack(
-                    &pb::TcpdumpArg {
-                        fifo: fifo.display().to_string(),
-                        defer: false,
-                        reconnect: false,
-                    },
-                    "TcpdumpArg",
-                )),
-            },
-            enable,
-        )
-    };
+    let hook = |enable| (tcpdump_hook("stuck", "src", 0, &fifo, false), enable);
     let (h, e) = hook(true);
     c.configure_gate_hook(h, e).unwrap();
     assert_eq!(c.gate_hooks().unwrap().len(), 1);
@@ -198,6 +181,118 @@ fn tcpdump_a_gate_into_tcpdump() {
         String::from_utf8_lossy(&o.stderr)
     );
     ctl(&socket, &["daemon", "stop"]);
+}
+
+/// A TcpDump hook on output gate `gate` of `module` into `fifo`, with
+/// BESS's `defer` and `reconnect` both set when `later`.
+fn tcpdump_hook(
+    name: &str,
+    module: &str,
+    gate: i64,
+    fifo: &Path,
+    later: bool,
+) -> nfkit_daemon::pb::GateHookInfo {
+    use nfkit_daemon::pb;
+    pb::GateHookInfo {
+        class_name: "TcpDump".into(),
+        hook_name: name.into(),
+        module_name: module.into(),
+        gate: Some(pb::gate_hook_info::Gate::Ogate(gate)),
+        arg: Some(nfkit_daemon::mclass::pack(
+            &pb::TcpdumpArg {
+                fifo: fifo.display().to_string(),
+                defer: later,
+                reconnect: later,
+            },
+            "TcpdumpArg",
+        )),
+    }
+}
+
+/// Read one pcap stream's header and first record from `f`: the
+/// record's captured length.
+fn pcap_first_record(f: &mut std::fs::File) -> u32 {
+    let mut head = [0u8; 24];
+    f.read_exact(&mut head).unwrap();
+    assert_eq!(&head[..4], &0xa1b2_c3d4u32.to_le_bytes(), "a pcap header");
+    let mut rec = [0u8; 16];
+    f.read_exact(&mut rec).unwrap();
+    u32::from_le_bytes(rec[8..12].try_into().unwrap())
+}
+
+#[test]
+fn deferred_reconnecting_hook_on_every_gate() {
+    use nfkit_daemon::pb;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("d.sock");
+    let (_d, _metrics) = daemon(&socket);
+    let mut c = nfkit_ctl::Ctl::connect(nfkit_ctl::Target::Unix(socket.clone())).unwrap();
+    c.create_module("src", "Source", "size=60").unwrap();
+    c.create_module("rep", "Replicate", "gates=2").unwrap();
+    c.create_module("a", "Sink", "").unwrap();
+    c.create_module("b", "Sink", "").unwrap();
+    c.connect_modules("src", 0, "rep", 0).unwrap();
+    c.connect_modules("rep", 0, "a", 0).unwrap();
+    c.connect_modules("rep", 1, "b", 0).unwrap();
+    let fifo = dir.path().join("cap.fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let hook = |gate| tcpdump_hook("cap", "rep", gate, &fifo, true);
+    // Gate -1 with defer: accepted before anyone reads the FIFO.
+    c.configure_gate_hook(hook(-1), true).unwrap();
+    let hooks = c.gate_hooks().unwrap();
+    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    let arg: pb::TcpdumpArg =
+        nfkit_daemon::mclass::decode(hooks[0].arg.as_ref(), "TcpdumpArg").unwrap();
+    assert!(arg.defer && arg.reconnect);
+    // GetModuleInfo lists the hooks of each gate.
+    let info = c.module_info("rep").unwrap();
+    assert_eq!(info.ogates.len(), 2);
+    for og in &info.ogates {
+        let names: Vec<(&str, &str)> = og
+            .gatehooks
+            .iter()
+            .map(|h| (h.class_name.as_str(), h.hook_name.as_str()))
+            .collect();
+        assert_eq!(names, [("Track", "track"), ("TcpDump", "cap")]);
+    }
+    // Other negative gates are refused.
+    let e = c.configure_gate_hook(hook(-2), true).unwrap_err();
+    assert!(e.to_string().contains("-1 for every gate"), "{e}");
+
+    // A first reader, then (reconnect) a second one: each gets a pcap
+    // stream of its own.
+    for _ in 0..2 {
+        let mut r = std::fs::File::open(&fifo).unwrap();
+        assert_eq!(pcap_first_record(&mut r), 60);
+        drop(r);
+        // The hook's next write finds the reader gone (EPIPE) and closes
+        // its end; a reader opening before that would join the old
+        // stream, as with any FIFO.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Destroying the module closes the FIFO at once: the reader sees
+    // the end of the stream without any other request.
+    let mut r = std::fs::File::open(&fifo).unwrap();
+    assert_eq!(pcap_first_record(&mut r), 60);
+    c.disconnect_modules("src", 0).unwrap();
+    c.disconnect_modules("rep", 0).unwrap();
+    c.disconnect_modules("rep", 1).unwrap();
+    c.destroy_module("rep").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = tx.send(r.read_to_end(&mut sink).is_ok());
+    });
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok(true),
+        "the FIFO stayed open after its module was destroyed"
+    );
+    assert!(c.gate_hooks().unwrap().is_empty());
 }
 
 trait NonBlock {

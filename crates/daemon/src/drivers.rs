@@ -38,6 +38,28 @@ pub const DRIVERS: &[(&str, &str)] = &[
     ("VPort", "a TAP interface nfkit creates"),
 ];
 
+/// ListDrivers.
+pub fn list() -> crate::pb::ListDriversResponse {
+    crate::pb::ListDriversResponse {
+        error: None,
+        driver_names: DRIVERS.iter().map(|d| d.0.into()).collect(),
+    }
+}
+
+/// GetDriverInfo.
+pub fn info(name: &str) -> crate::error::Res<crate::pb::GetDriverInfoResponse> {
+    let d = DRIVERS
+        .iter()
+        .find(|d| d.0 == name)
+        .ok_or_else(|| crate::error::Fail::noent(format!("no port driver named `{name}`")))?;
+    Ok(crate::pb::GetDriverInfoResponse {
+        error: None,
+        name: d.0.into(),
+        help: d.1.into(),
+        commands: Vec::new(),
+    })
+}
+
 /// What CreatePort asked for.
 pub struct PortRequest<'a> {
     pub name: &'a str,

@@ -11,6 +11,14 @@
 //! drop (a record cut by a full pipe is finished first, so the stream
 //! stays a valid pcap); a reader that went away (EPIPE) closes the tap,
 //! and what follows is counted as dropped. Forwarding is unaffected.
+//!
+//! BESS's options: `defer` opens the FIFO only once a reader has it
+//! open (the request returns at once; until then captures are counted
+//! as dropped), `reconnect` opens it again, with a new pcap header,
+//! after the reader went away. Both are done by a small opener thread
+//! per hook that tries a non-blocking open every [`REOPEN_EVERY`]; it
+//! ends with the hook. Gate −1 hooks every gate of that direction, all
+//! writing into one FIFO through one tap (one pcap stream).
 
 use crate::error::{Fail, Res};
 use nfkit_hw::Batch;
@@ -43,63 +51,44 @@ fn pcap_header() -> [u8; 24] {
     h
 }
 
+/// How often a deferred or reconnecting hook tries to open its FIFO.
+pub const REOPEN_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
 struct Sink {
     fifo: Option<File>,
+    /// The FIFO was open once (a deferred hook's first reader came).
+    opened: bool,
+    /// The hook was removed: never open again.
+    closed: bool,
     /// The rest of a record a full pipe cut; written before anything new.
     pending: Vec<u8>,
     record: Vec<u8>,
 }
 
-/// A pcap writer into a FIFO, called by the worker that owns the gate.
-pub struct TcpDumpTap {
+/// One pcap stream into a FIFO, shared by the gates of one hook
+/// (gate −1: every gate writes into it).
+pub struct Capture {
     sink: Mutex<Sink>,
+    pub fifo_path: String,
+    pub defer: bool,
+    pub reconnect: bool,
+}
+
+/// One gate's writer into a [`Capture`], called by the worker that owns
+/// the gate, with that gate's counts.
+pub struct TcpDumpTap {
+    pub capture: Arc<Capture>,
     written: AtomicU64,
     dropped: AtomicU64,
-    pub fifo_path: String,
 }
 
 impl TcpDumpTap {
-    /// Open `fifo` for writing without blocking: someone must already
-    /// have it open for reading (the client does before asking).
-    pub fn open(fifo: &str) -> Res<TcpDumpTap> {
-        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-        let meta = std::fs::metadata(fifo)
-            .map_err(|e| Fail::inval(format!("TcpDump: fifo `{fifo}`: {e}")))?;
-        if !meta.file_type().is_fifo() {
-            return Err(Fail::inval(format!(
-                "TcpDump: `{fifo}` is not a FIFO (make one with mkfifo, open it for reading, then configure the hook)"
-            )));
-        }
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(fifo)
-            .map_err(|e| {
-                if e.raw_os_error() == Some(libc::ENXIO) {
-                    Fail::inval(format!(
-                        "TcpDump: nobody reads the FIFO `{fifo}`: open it for reading first"
-                    ))
-                } else {
-                    Fail::inval(format!("TcpDump: cannot open `{fifo}`: {e}"))
-                }
-            })?;
-        let tap = TcpDumpTap {
-            sink: Mutex::new(Sink {
-                fifo: Some(f),
-                pending: Vec::new(),
-                record: Vec::with_capacity(2048),
-            }),
+    pub fn new(capture: Arc<Capture>) -> TcpDumpTap {
+        TcpDumpTap {
+            capture,
             written: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
-            fifo_path: fifo.to_string(),
-        };
-        {
-            let mut s = tap.sink.lock();
-            let h = pcap_header();
-            // The pipe is empty: 24 bytes always fit.
-            write_some(&mut s, &h);
         }
-        Ok(tap)
     }
 
     /// Packets written to the FIFO.
@@ -107,9 +96,143 @@ impl TcpDumpTap {
         self.written.load(Ordering::Relaxed)
     }
 
-    /// Packets the capture dropped (pipe full, reader gone).
+    /// Packets the capture dropped (pipe full, reader gone, none yet).
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+fn check_fifo(fifo: &str) -> Res<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta =
+        std::fs::metadata(fifo).map_err(|e| Fail::inval(format!("TcpDump: fifo `{fifo}`: {e}")))?;
+    if !meta.file_type().is_fifo() {
+        return Err(Fail::inval(format!(
+            "TcpDump: `{fifo}` is not a FIFO (make one with mkfifo, open it for reading, then configure the hook)"
+        )));
+    }
+    Ok(())
+}
+
+/// Open `fifo` for writing without blocking (ENXIO: nobody reads it).
+fn open_fifo(fifo: &str) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo)
+}
+
+impl Capture {
+    /// Open `fifo` for writing without blocking: someone must already
+    /// have it open for reading (the client does before asking).
+    pub fn open(fifo: &str) -> Res<Capture> {
+        check_fifo(fifo)?;
+        let f = open_fifo(fifo).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                Fail::inval(format!(
+                    "TcpDump: nobody reads the FIFO `{fifo}`: open it for reading first (or set defer)"
+                ))
+            } else {
+                Fail::inval(format!("TcpDump: cannot open `{fifo}`: {e}"))
+            }
+        })?;
+        let c = Capture::closed(fifo, false, false);
+        c.attach(f);
+        Ok(c)
+    }
+
+    fn closed(fifo: &str, defer: bool, reconnect: bool) -> Capture {
+        Capture {
+            sink: Mutex::new(Sink {
+                fifo: None,
+                opened: false,
+                closed: false,
+                pending: Vec::new(),
+                record: Vec::with_capacity(2048),
+            }),
+            fifo_path: fifo.to_string(),
+            defer,
+            reconnect,
+        }
+    }
+
+    /// Start writing into `f`: a new pcap stream.
+    fn attach(&self, f: File) {
+        let mut s = self.sink.lock();
+        s.fifo = Some(f);
+        s.opened = true;
+        s.pending.clear();
+        // The pipe is empty: 24 bytes always fit.
+        write_some(&mut s, &pcap_header());
+    }
+
+    /// A hook with BESS's options: `defer` (open once a reader comes;
+    /// never blocks), `reconnect` (open again after the reader left).
+    pub fn start(fifo: &str, defer: bool, reconnect: bool) -> Res<Arc<Capture>> {
+        let tap = if defer {
+            check_fifo(fifo)?;
+            Capture::closed(fifo, defer, reconnect)
+        } else {
+            let mut t = Capture::open(fifo)?;
+            t.reconnect = reconnect;
+            t
+        };
+        let tap = Arc::new(tap);
+        if defer || reconnect {
+            let weak = Arc::downgrade(&tap);
+            std::thread::Builder::new()
+                .name("nfkit-tcpdump".into())
+                .spawn(move || opener(weak))
+                .map_err(|e| Fail::new(libc::EAGAIN, format!("TcpDump: opener thread: {e}")))?;
+        }
+        Ok(tap)
+    }
+
+    /// Close the FIFO for good (the hook or its module is gone).
+    pub fn close(&self) {
+        let mut s = self.sink.lock();
+        s.closed = true;
+        s.fifo = None;
+        s.pending.clear();
+    }
+
+    /// Whether the FIFO is open now.
+    pub fn is_open(&self) -> bool {
+        self.sink.lock().fifo.is_some()
+    }
+}
+
+/// A deferred or reconnecting hook's opener: tries to open the FIFO
+/// while it is closed (first reader, or a new one after EPIPE), until
+/// the hook goes, is closed, or (without `reconnect`) was opened once.
+fn opener(tap: std::sync::Weak<Capture>) {
+    loop {
+        std::thread::sleep(REOPEN_EVERY);
+        let Some(t) = tap.upgrade() else { return };
+        {
+            let s = t.sink.lock();
+            if s.closed || (s.opened && !t.reconnect) {
+                return;
+            }
+            if s.fifo.is_some() {
+                continue;
+            }
+        }
+        match open_fifo(&t.fifo_path) {
+            Ok(f) => {
+                if t.sink.lock().closed {
+                    return;
+                }
+                tracing::info!(fifo = %t.fifo_path, "tcpdump hook: a reader opened the FIFO");
+                t.attach(f);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+            Err(e) => {
+                tracing::warn!(fifo = %t.fifo_path, error = %e, "tcpdump hook: cannot open the FIFO; giving up");
+                return;
+            }
+        }
     }
 }
 
@@ -151,7 +274,7 @@ fn flush_pending(s: &mut Sink) -> bool {
 
 impl GateTap for TcpDumpTap {
     fn tap(&self, batch: &Batch) {
-        let mut s = self.sink.lock();
+        let mut s = self.capture.sink.lock();
         let n = batch.len() as u64;
         if s.fifo.is_none() || !flush_pending(&mut s) {
             self.dropped.fetch_add(n, Ordering::Relaxed);
@@ -210,6 +333,29 @@ use crate::state::Daemon;
 use nfkit_pipeline::hooks::GateDir;
 use std::sync::Arc;
 
+impl Hooks {
+    /// The TcpDump hooks on one gate (for GetModuleInfo).
+    pub fn on_gate(&self, module: &str, out: bool, gate: usize) -> Vec<&HookEntry> {
+        self.taps
+            .iter()
+            .filter(|e| e.module == module && e.out == out && e.gate == gate)
+            .collect()
+    }
+
+    /// Close and forget the hooks of modules no longer there (their
+    /// FIFOs are closed now, not at the next listing).
+    pub fn forget_modules(&mut self, gone: &[String]) {
+        self.taps.retain(|e| {
+            let keep = !gone.contains(&e.module);
+            if !keep {
+                e.tap.capture.close();
+                tracing::info!(module = %e.module, gate = e.gate, written = e.tap.written(), dropped = e.tap.dropped(), "tcpdump hook closed with its module");
+            }
+            keep
+        });
+    }
+}
+
 /// ListGateHookClass.
 pub fn classes() -> pb::ListGateHookClassResponse {
     pb::ListGateHookClassResponse {
@@ -234,19 +380,34 @@ pub fn class_info(name: &str) -> Res<pb::GetGateHookClassInfoResponse> {
     })
 }
 
-fn gate_of(h: &pb::GateHookInfo) -> Res<(GateDir, usize)> {
+/// The direction and gates a hook names: gate −1 is every gate of
+/// that direction the module has (BESS's "all gates").
+fn gates_of(d: &Daemon, h: &pb::GateHookInfo) -> Res<(GateDir, Vec<usize>)> {
     use pb::gate_hook_info::Gate;
     let (dir, g) = match h.gate {
         Some(Gate::Igate(g)) => (GateDir::In, g),
         Some(Gate::Ogate(g)) => (GateDir::Out, g),
         None => (GateDir::Out, 0),
     };
-    if g < 0 {
-        return Err(Fail::inval(format!(
-            "gate {g}: nfkit hooks one gate at a time (give its number)"
-        )));
+    match g {
+        -1 => Ok((dir, (0..d.gate_count(&h.module_name, dir)?).collect())),
+        g if g < 0 => Err(Fail::inval(format!(
+            "gate {g}: give a gate number, or -1 for every gate"
+        ))),
+        g => {
+            let g = usize::try_from(g).map_err(|_| Fail::inval(format!("gate {g}: too large")))?;
+            d.check_gate(&h.module_name, dir, g)?;
+            Ok((dir, vec![g]))
+        }
     }
-    Ok((dir, g as usize))
+}
+
+fn side(out: bool) -> &'static str {
+    if out {
+        "output"
+    } else {
+        "input"
+    }
 }
 
 /// ConfigureGateHook.
@@ -255,8 +416,7 @@ pub fn configure(
     r: pb::ConfigureGateHookRequest,
 ) -> Res<pb::ConfigureGateHookResponse> {
     let h = r.hook.ok_or_else(|| Fail::inval("`hook` is required"))?;
-    let (dir, gate) = gate_of(&h)?;
-    d.check_gate(&h.module_name, dir, gate)?;
+    let (dir, gates) = gates_of(d, &h)?;
     match h.class_name.as_str() {
         TRACK => {
             if r.enable {
@@ -281,49 +441,73 @@ pub fn configure(
                 h.hook_name.clone()
             };
             let out = dir == GateDir::Out;
-            let existing = d
-                .hooks()
-                .taps
+            let m = h.module_name.as_str();
+            let hooked: Vec<usize> = gates
                 .iter()
-                .position(|e| e.module == h.module_name && e.out == out && e.gate == gate);
+                .copied()
+                .filter(|g| !d.hooks().on_gate(m, out, *g).is_empty())
+                .collect();
             if !r.enable {
-                let Some(i) = existing else {
+                if hooked.is_empty() {
                     return Err(Fail::noent(format!(
-                        "no TcpDump hook on {} gate {gate} of `{}`",
-                        if out { "output" } else { "input" },
-                        h.module_name
+                        "no TcpDump hook on {} gate{} of `{m}`",
+                        side(out),
+                        match gates.as_slice() {
+                            [g] => format!(" {g}"),
+                            _ => "s".into(),
+                        }
                     )));
-                };
-                d.set_gate_tap(&h.module_name, dir, gate, None)?;
-                let e = d.hooks().taps.remove(i);
-                tracing::info!(module = %e.module, gate, written = e.tap.written(), dropped = e.tap.dropped(), "tcpdump hook removed");
+                }
+                d.clear_gate_taps(m, dir, &hooked)?;
+                d.hooks().taps.retain(|e| {
+                    let gone = e.module == m && e.out == out && hooked.contains(&e.gate);
+                    if gone {
+                        e.tap.capture.close();
+                        tracing::info!(module = %e.module, gate = e.gate, written = e.tap.written(), dropped = e.tap.dropped(), "tcpdump hook removed");
+                    }
+                    !gone
+                });
                 return Ok(pb::ConfigureGateHookResponse { error: None, name });
             }
-            if existing.is_some() {
+            if let Some(g) = hooked.first() {
                 return Err(Fail::exist(format!(
-                    "{} gate {gate} of `{}` already has a TcpDump hook",
-                    if out { "output" } else { "input" },
-                    h.module_name
+                    "{} gate {g} of `{m}` already has a TcpDump hook",
+                    side(out)
+                )));
+            }
+            if gates.is_empty() {
+                return Err(Fail::inval(format!(
+                    "module `{m}` has no {} gates to hook",
+                    side(out)
                 )));
             }
             let arg: pb::TcpdumpArg = decode(h.arg.as_ref(), "TcpdumpArg")?;
             if arg.fifo.is_empty() {
                 return Err(Fail::inval("TcpDump: `fifo` is required"));
             }
-            if arg.defer || arg.reconnect {
-                return Err(Fail::notsup(
-                    "TcpDump: defer and reconnect are not supported by nfkit (open the FIFO for reading first)",
-                ));
+            let capture = Capture::start(&arg.fifo, arg.defer, arg.reconnect)?;
+            let taps: Vec<Arc<TcpDumpTap>> = gates
+                .iter()
+                .map(|_| Arc::new(TcpDumpTap::new(capture.clone())))
+                .collect();
+            let set: Vec<(usize, nfkit_pipeline::hooks::Tap)> = gates
+                .iter()
+                .zip(&taps)
+                .map(|(&g, t)| (g, t.clone() as nfkit_pipeline::hooks::Tap))
+                .collect();
+            if let Err(e) = d.set_gate_taps(m, dir, &set) {
+                capture.close();
+                return Err(e);
             }
-            let tap = Arc::new(TcpDumpTap::open(&arg.fifo)?);
-            d.set_gate_tap(&h.module_name, dir, gate, Some(tap.clone()))?;
-            d.hooks().taps.push(HookEntry {
-                module: h.module_name.clone(),
-                out,
-                gate,
-                name: name.clone(),
-                tap,
-            });
+            for (gate, tap) in gates.into_iter().zip(taps) {
+                d.hooks().taps.push(HookEntry {
+                    module: m.to_string(),
+                    out,
+                    gate,
+                    name: name.clone(),
+                    tap,
+                });
+            }
             Ok(pb::ConfigureGateHookResponse { error: None, name })
         }
         other => Err(Fail::noent(format!(
@@ -335,7 +519,14 @@ pub fn configure(
 /// ListGateHooks: the TcpDump hooks set (Track is on every gate).
 pub fn list(d: &mut Daemon) -> pb::ListGateHooksResponse {
     let live: Vec<String> = d.module_names();
-    d.hooks().taps.retain(|e| live.contains(&e.module));
+    let gone: Vec<String> = d
+        .hooks()
+        .taps
+        .iter()
+        .filter(|e| !live.contains(&e.module))
+        .map(|e| e.module.clone())
+        .collect();
+    d.hooks().forget_modules(&gone);
     pb::ListGateHooksResponse {
         error: None,
         hooks: d
@@ -353,9 +544,9 @@ pub fn list(d: &mut Daemon) -> pb::ListGateHooksResponse {
                 }),
                 arg: Some(crate::mclass::pack(
                     &pb::TcpdumpArg {
-                        fifo: e.tap.fifo_path.clone(),
-                        defer: false,
-                        reconnect: false,
+                        fifo: e.tap.capture.fifo_path.clone(),
+                        defer: e.tap.capture.defer,
+                        reconnect: e.tap.capture.reconnect,
                     },
                     "TcpdumpArg",
                 )),

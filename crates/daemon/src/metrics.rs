@@ -5,8 +5,10 @@
 //! `Get*Stats` requests read, with the daemon locked like a request).
 //!
 //! Names follow Prometheus's conventions (`nfkit_` prefix, base units,
-//! `_total` for counters); labels are `port`, `module`, `gate`,
-//! `direction`, `tc`, `worker`, never per-flow values.
+//! `_total` for counters); labels are `port`, `queue`, `module`, `gate`,
+//! `direction`, `tc`, `worker`, never per-flow values. Per-queue port
+//! counters have their own names (`nfkit_port_queue_*`) beside the
+//! per-port totals (`nfkit_port_*`), so that no sum counts twice.
 
 use crate::state::Daemon;
 use parking_lot::Mutex;
@@ -116,16 +118,51 @@ pub fn render(d: &mut Daemon) -> String {
             s.tx_errors
         }),
     ];
+    // Totals per port, and the same counters per queue under their own
+    // names (`nfkit_port_queue_*`), so that summing a family never adds
+    // a total to its parts. Both come from one reading: a port's total is
+    // the sum of its queues.
+    let totals: Vec<nfkit_port::QueueStats> = ports
+        .iter()
+        .map(|(_, _, qs)| {
+            let mut t = nfkit_port::QueueStats::default();
+            for q in qs {
+                t += *q;
+            }
+            t
+        })
+        .collect();
     for (name, help, get) in port_metrics {
         f.metric(
             name,
             "counter",
             help,
-            ports.iter().map(|(p, drv, s)| {
+            ports.iter().zip(&totals).map(|((p, drv, _), s)| {
                 (
                     vec![("port", p.clone()), ("driver", drv.clone())],
                     get(s) as f64,
                 )
+            }),
+        );
+    }
+    for (name, help, get) in port_metrics {
+        let name = name.replacen("nfkit_port_", "nfkit_port_queue_", 1);
+        let help = format!("{} Per queue.", help);
+        f.metric(
+            &name,
+            "counter",
+            &help,
+            ports.iter().flat_map(|(p, drv, qs)| {
+                qs.iter().enumerate().map(move |(q, s)| {
+                    (
+                        vec![
+                            ("port", p.clone()),
+                            ("driver", drv.clone()),
+                            ("queue", q.to_string()),
+                        ],
+                        get(s) as f64,
+                    )
+                })
             }),
         );
     }

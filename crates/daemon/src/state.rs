@@ -298,6 +298,16 @@ impl Daemon {
         self.pipeline.pauses()
     }
 
+    /// How many times worker `wid` was paused (by changes of the whole
+    /// pipeline, and by commands on modules it holds).
+    pub fn worker_pauses(&self, wid: i64) -> u64 {
+        self.pipeline
+            .graph()
+            .worker_index(&worker_name(wid))
+            .map(|w| self.pipeline.worker_pauses(w))
+            .unwrap_or(0)
+    }
+
     /// Stop everything (SIGTERM, KillBess): the final statistics.
     pub fn shutdown(&mut self) -> String {
         let _ = self.pipeline.pause();
@@ -1065,6 +1075,7 @@ impl Daemon {
         let n = name.to_string();
         self.edit(|g| g.remove_module(&n).map(|_| ()), |_| {})?;
         self.modules.remove(name);
+        self.hooks.forget_modules(&[n]);
         Ok(())
     }
 
@@ -1080,6 +1091,7 @@ impl Daemon {
             |_| {},
         )?;
         self.modules.clear();
+        self.hooks.forget_modules(&names);
         Ok(())
     }
 
@@ -1211,7 +1223,7 @@ impl Daemon {
                     pkts: gs.packets,
                     bytes: gs.bits / 8,
                     timestamp: ts,
-                    gatehooks: Vec::new(),
+                    gatehooks: self.gate_hooks(name, false, ig),
                 })
             })
             .collect();
@@ -1231,7 +1243,7 @@ impl Daemon {
                     timestamp: ts,
                     name: to,
                     igate: ig as u64,
-                    gatehooks: Vec::new(),
+                    gatehooks: self.gate_hooks(name, true, og),
                 }
             })
             .collect();
@@ -1275,6 +1287,27 @@ impl Daemon {
                 .collect(),
             deadends: ms.map(|m| m.dropped).unwrap_or(0),
         })
+    }
+
+    /// The hooks on one gate as GetModuleInfo lists them: Track (always
+    /// on in nfkit), then the TcpDump hooks set.
+    fn gate_hooks(
+        &self,
+        module: &str,
+        out: bool,
+        gate: usize,
+    ) -> Vec<pb::get_module_info_response::GateHook> {
+        let mut v = vec![pb::get_module_info_response::GateHook {
+            class_name: crate::hooks::TRACK.into(),
+            hook_name: crate::hooks::TRACK_NAME.into(),
+        }];
+        v.extend(self.hooks.on_gate(module, out, gate).into_iter().map(|e| {
+            pb::get_module_info_response::GateHook {
+                class_name: crate::hooks::TCPDUMP.into(),
+                hook_name: e.name.clone(),
+            }
+        }));
+        v
     }
 
     /// Module-specific values, read with the workers briefly paused.
@@ -1570,10 +1603,11 @@ impl Daemon {
         self.pipeline.stats()
     }
 
-    /// Every port's counters as (name, driver, counters), read as
-    /// GetPortStats reads them: ports the workers hold are published by
-    /// them between two rounds (one request for all), without pausing.
-    pub fn port_counters(&mut self) -> Res<Vec<(String, String, nfkit_port::QueueStats)>> {
+    /// Every port's counters as (name, driver, per-queue counters), read
+    /// as GetPortStats reads them: ports the workers hold are published
+    /// by them between two rounds (one request for all), without
+    /// pausing. The port's totals are the sum over its queues.
+    pub fn port_counters(&mut self) -> Res<Vec<(String, String, Vec<nfkit_port::QueueStats>)>> {
         let in_use = self.modules.values().any(|m| m.port.is_some());
         if in_use && !self.pipeline.publish_port_stats(PUBLISH_TIMEOUT) {
             tracing::debug!("a worker did not publish port counters in time");
@@ -1581,7 +1615,7 @@ impl Daemon {
         Ok(self
             .ports
             .iter()
-            .map(|p| (p.name.clone(), p.driver.clone(), p.port.stats()))
+            .map(|p| (p.name.clone(), p.driver.clone(), p.port.queue_stats()))
             .collect())
     }
 
@@ -1616,17 +1650,57 @@ impl Daemon {
         Ok(())
     }
 
-    /// Set or remove the hook on one gate, between two batches.
-    pub fn set_gate_tap(
+    /// How many gates `module` has on side `dir`.
+    pub fn gate_count(&self, module: &str, dir: nfkit_pipeline::hooks::GateDir) -> Res<usize> {
+        let m = self.module(module)?;
+        Ok(match dir {
+            nfkit_pipeline::hooks::GateDir::In => m.igates,
+            nfkit_pipeline::hooks::GateDir::Out => m.ogates,
+        })
+    }
+
+    /// Set a hook on some gates, between two batches (one change for
+    /// all of them): (gate, tap) pairs.
+    pub fn set_gate_taps(
         &mut self,
         module: &str,
         dir: nfkit_pipeline::hooks::GateDir,
-        gate: usize,
-        tap: Option<nfkit_pipeline::hooks::Tap>,
+        taps: &[(usize, nfkit_pipeline::hooks::Tap)],
     ) -> Res<()> {
         let m = module.to_string();
+        let taps = taps.to_vec();
+        let (m2, gates): (String, Vec<usize>) = (m.clone(), taps.iter().map(|t| t.0).collect());
         self.edit(
-            move |g| g.set_gate_tap(&m, dir, gate, tap).map(|_| ()),
+            move |g| {
+                for (gate, tap) in taps {
+                    g.set_gate_tap(&m, dir, gate, Some(tap))?;
+                }
+                Ok(())
+            },
+            move |g| {
+                for &gate in &gates {
+                    let _ = g.set_gate_tap(&m2, dir, gate, None);
+                }
+            },
+        )
+    }
+
+    /// Remove the hooks of some gates, between two batches.
+    pub fn clear_gate_taps(
+        &mut self,
+        module: &str,
+        dir: nfkit_pipeline::hooks::GateDir,
+        gates: &[usize],
+    ) -> Res<()> {
+        let m = module.to_string();
+        let gates = gates.to_vec();
+        self.edit(
+            move |g| {
+                for &gate in &gates {
+                    g.set_gate_tap(&m, dir, gate, None)?;
+                }
+                Ok(())
+            },
             |_| {},
         )
     }

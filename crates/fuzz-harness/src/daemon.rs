@@ -64,6 +64,14 @@ fn refused(method: &str, msg: &[u8]) -> bool {
             }),
             _ => false,
         },
+        // TcpDump writes into a FIFO the request names: never one of the
+        // machine's (a path that does not exist is a clear error).
+        "ConfigureGateHook" => pb::ConfigureGateHookRequest::decode(msg).is_ok_and(|r| {
+            r.hook.and_then(|h| h.arg).is_some_and(|a| {
+                pb::TcpdumpArg::decode(&a.value[..])
+                    .is_ok_and(|t| !t.fifo.is_empty() && std::path::Path::new(&t.fifo).exists())
+            })
+        }),
         _ => false,
     }
 }

@@ -201,7 +201,7 @@ pub fn afpacket_ring(data: &[u8]) {
                 }
             }
             _ => {
-                let _ = rings.tx_push(&[0x5a; 60]);
+                let _ = rings.tx_push(&[0x5a; 60], None);
                 let _ = rings.tx_waiting();
             }
         }

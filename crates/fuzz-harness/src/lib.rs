@@ -12,6 +12,7 @@
 //! of its regression directory).
 #![forbid(unsafe_code)]
 
+mod chains;
 mod classifiers;
 mod daemon;
 mod devices;
@@ -20,6 +21,7 @@ mod nfs;
 mod parsers;
 mod tunnels;
 
+pub use chains::packet_chains;
 pub use classifiers::{cbpf, classifiers};
 pub use daemon::daemon_requests;
 pub use devices::{
@@ -56,6 +58,7 @@ pub const TARGETS: &[Target] = &[
     ("cbpf", cbpf),
     ("daemon_requests", daemon_requests),
     ("tunnels", tunnels),
+    ("packet_chains", packet_chains),
 ];
 
 /// The target called `name`.

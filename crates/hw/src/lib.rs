@@ -24,6 +24,7 @@
 
 pub mod dma;
 pub mod error;
+pub mod eventfd;
 pub mod le;
 pub mod linux;
 pub mod mmio;
@@ -35,7 +36,8 @@ pub mod vfio;
 
 pub use dma::{DmaAllocator, DmaRegion};
 pub use error::HwError;
+pub use eventfd::EventFd;
 pub use mmio::{Bar, IoBar, MmioBar};
 pub use pci::{PciAddress, PciFunction};
-pub use pool::{Batch, Mempool, PktBuf, PoolCache};
+pub use pool::{Batch, ChainError, Mempool, PktBuf, PoolCache, MAX_FRAME, MAX_SEGS};
 pub use time::{poll_until, Clock, SystemClock};

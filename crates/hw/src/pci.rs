@@ -88,6 +88,19 @@ pub trait PciFunction: Send + Sync {
     /// Map memory BAR `index`.
     fn map_bar(&self, index: u8) -> Result<Self::Bar, HwError>;
 
+    /// Enable MSI-X with `count` vectors, vector `i` signalling the
+    /// `i`-th eventfd returned (VFIO: `VFIO_DEVICE_SET_IRQS` on the
+    /// MSI-X index). The default has none: sysfs/uio
+    /// (`uio_pci_generic`) offers the legacy INTx line at most, so a
+    /// driver there polls.
+    fn enable_msix(&self, count: u32) -> Result<Vec<std::sync::Arc<crate::EventFd>>, HwError> {
+        let _ = count;
+        Err(HwError::Unsupported(format!(
+            "{}: no MSI-X through this platform (uio offers none): poll",
+            self.address()
+        )))
+    }
+
     fn config_read8(&self, offset: u16) -> Result<u8, HwError> {
         let mut b = [0u8; 1];
         self.config_read(offset, &mut b)?;

@@ -32,6 +32,9 @@ impl Ring {
 pub(crate) enum Writeback {
     U64(u64, u64),
     U32(u64, u32),
+    /// The queue's interrupt cause (§7.3.1), raised after the write-backs
+    /// before it so a woken driver finds them.
+    Cause(Dir, usize),
 }
 
 pub(crate) struct DataPath {
@@ -183,6 +186,10 @@ fn do_writeback(mem: &mut DmaCache, dev: &Device, wb: Writeback) {
     let r = match wb {
         Writeback::U64(a, v) => mem.write_u64(&dev.dma, a, v),
         Writeback::U32(a, v) => mem.write_u32(&dev.dma, a, v),
+        Writeback::Cause(dir, q) => {
+            dev.irq.queue_cause(dir == Dir::Tx, q, dev.now());
+            return;
+        }
     };
     if let Err(e) = r {
         crate::device::bump(&dev.counters.dma_faults, 1);

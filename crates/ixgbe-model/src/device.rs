@@ -3,6 +3,7 @@
 //! The DMA engines are in `datapath.rs`, `rx.rs` and `tx.rs`.
 
 use crate::datapath::DataPath;
+use crate::irq::{Irq, IrqReg};
 use crate::regfile::{RegFile, Slot};
 use crate::regs::{bits::*, off, Access, Id};
 use crate::strict::Strict;
@@ -142,6 +143,30 @@ pub struct Device {
     in_reset: AtomicBool,
     /// Device time (ns) the link came up, u64::MAX while down.
     link_since: AtomicU64,
+    /// Interrupt causes, masks, throttling and MSI-X delivery (§7.3).
+    pub irq: Irq,
+}
+
+/// The interrupt register a slot of the table names.
+fn irq_reg(slot: &Slot) -> Option<IrqReg> {
+    let n = slot.n;
+    Some(match slot.def.name {
+        "EICR" => IrqReg::Eicr,
+        "EICS" => IrqReg::Eics,
+        "EIMS" => IrqReg::Eims,
+        "EIMC" => IrqReg::Eimc,
+        "EIAC" => IrqReg::Eiac,
+        "EIAM" => IrqReg::Eiam,
+        "GPIE" => IrqReg::Gpie,
+        "IVAR_MISC" => IrqReg::IvarMisc,
+        "IVAR" => IrqReg::Ivar(n),
+        "EITR" => IrqReg::Eitr(n),
+        "EICS_EX" => IrqReg::EicsEx(n),
+        "EIMS_EX" => IrqReg::EimsEx(n),
+        "EIMC_EX" => IrqReg::EimcEx(n),
+        "EIAM_EX" => IrqReg::EiamEx(n),
+        _ => return None,
+    })
 }
 
 impl Device {
@@ -166,6 +191,7 @@ impl Device {
             next_event: AtomicU64::new(u64::MAX),
             in_reset: AtomicBool::new(false),
             link_since: AtomicU64::new(u64::MAX),
+            irq: Irq::new(),
         });
         // Power-on: the same timeline as a software reset, from time zero,
         // but nobody set CTRL.RST so nobody is waiting on it.
@@ -235,6 +261,7 @@ impl Device {
 
     /// Run every timed event that is due at device time `now`.
     pub fn tick(&self, now: Duration) {
+        self.irq.tick(now, self.link_up(now));
         if (now.as_nanos() as u64) < self.next_event.load(Ordering::Acquire) {
             return;
         }
@@ -332,6 +359,7 @@ impl Device {
     /// EEPROM auto-read, DMA init and link follow on the timeline.
     fn begin_reset(&self, ctl: &mut Control, now: Duration) {
         self.regs.reset();
+        self.irq.reset();
         self.regs.set(
             off::STATUS,
             STATUS_PCIE_MASTER_ENABLE | u32::from(self.cfg.function & 1) << 2,
@@ -464,7 +492,10 @@ impl Device {
         match (slot.def.access, slot.def.id) {
             (Access::Wo, _) => 0,
             (Access::Rc, _) => self.regs.take(w),
-            (_, Id::Eicr) => self.regs.take(w),
+            (_, Id::Irq) => match irq_reg(&slot) {
+                Some(r) => self.irq.read(r),
+                None => 0,
+            },
             (_, Id::Eec) => {
                 let v = self.regs.word(w).load(Ordering::Acquire);
                 if v & EEC_AUTO_RD != 0 {
@@ -504,6 +535,12 @@ impl Device {
         let now = self.now();
         self.tick(now);
         self.check_reset_timing(now, &slot, false);
+        if slot.def.id == Id::Irq {
+            if let Some(r) = irq_reg(&slot) {
+                self.irq.write(r, v, now, &self.strict);
+            }
+            return;
+        }
         let w = slot.word;
         let word = self.regs.word(w);
         match slot.def.access {
@@ -530,13 +567,6 @@ impl Device {
                 let cur = word.load(Ordering::Acquire);
                 word.store((v & !ro) | (cur & ro), Ordering::Release);
             }
-            Id::Eics => self.regs.or(off::EICR, v),
-            Id::Eims => self.regs.or(off::EIMS, v),
-            Id::Eimc => self.regs.clear(off::EIMS, v),
-            Id::EimsEx => {
-                word.fetch_or(v, Ordering::AcqRel);
-            }
-            Id::EimcEx => self.regs.clear(0x00AA0 + 4 * slot.n, v),
             Id::Autoc => {
                 word.store(v & !AUTOC_RESTART_AN, Ordering::Release);
                 if v & AUTOC_RESTART_AN != 0 {

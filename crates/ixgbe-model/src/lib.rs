@@ -28,7 +28,8 @@
 //! `device.rs` (register side effects, reset, timing, strict rules),
 //! `rx.rs`/`tx.rs` (DMA engines), `rss.rs` (Toeplitz), `filter.rs` (MAC
 //! filters, queue selection), `wire.rs` (cabling, pcap, generator, sink),
-//! `pci.rs` (config space, BAR), `run.rs` (execution modes).
+//! `pci.rs` (config space, BAR, MSI-X vectors as eventfds), `irq.rs`
+//! (interrupt causes, masks, EITR throttling), `run.rs` (execution modes).
 
 #![forbid(unsafe_code)]
 
@@ -37,6 +38,7 @@ mod datapath;
 mod device;
 mod dmacache;
 mod filter;
+pub mod irq;
 mod pci;
 pub mod regfile;
 pub mod regs;
@@ -48,6 +50,7 @@ mod tx;
 mod wire;
 
 pub use config_space::{PCIE_DEVICE_STATUS, PMCSR};
+pub use irq::IrqCounters;
 pub use pci::{SimBar, SimPci};
 pub use run::RunningNic;
 pub use strict::Violation;
@@ -212,6 +215,12 @@ impl Nic82599 {
     /// Forget the violations recorded so far.
     pub fn clear_violations(&self) {
         self.dev.strict.clear()
+    }
+
+    /// What the interrupt logic did (§7.3): messages per MSI-X vector,
+    /// throttled causes, messages lost for want of a vector.
+    pub fn irq_counters(&self) -> IrqCounters {
+        self.dev.irq.counters()
     }
 
     /// The wire (MAC/PHY) side.

@@ -47,6 +47,24 @@ impl PciFunction for SimPci {
         }
     }
 
+    /// MSI-X as VFIO gives it: `count` eventfds, vector `i` signalling
+    /// the `i`-th (the model's stand-in for VFIO_DEVICE_SET_IRQS; its
+    /// configuration space has no MSI-X capability to program).
+    fn enable_msix(&self, count: u32) -> Result<Vec<Arc<nfkit_hw::EventFd>>, HwError> {
+        if count == 0 || count as usize > crate::irq::VECTORS {
+            return Err(HwError::Unsupported(format!(
+                "{count} MSI-X vectors asked; the 82599 has {} (§7.3.1)",
+                crate::irq::VECTORS
+            )));
+        }
+        let fds = (0..count)
+            .map(|_| nfkit_hw::EventFd::new().map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| HwError::Invalid(format!("creating an eventfd: {e}")))?;
+        self.dev.irq.set_vectors(fds.clone());
+        Ok(fds)
+    }
+
     fn config_read(&self, offset: u16, buf: &mut [u8]) -> Result<(), HwError> {
         let o = offset as usize;
         let end = o

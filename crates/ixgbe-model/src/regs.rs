@@ -35,12 +35,8 @@ pub enum Id {
     Status,
     Eec,
     Fwsm,
-    Eicr,
-    Eics,
-    Eims,
-    Eimc,
-    EimsEx,
-    EimcEx,
+    /// An interrupt register (§8.2.3.5), handled by `irq.rs`.
+    Irq,
     Autoc,
     Links,
     Rxctrl,
@@ -159,6 +155,22 @@ const fn alias(def: RegDef, of: &'static str) -> RegDef {
     d
 }
 
+/// EITR 24-127 live at a second base (§8.2.3.5.12).
+const fn eitr_high() -> RegDef {
+    let mut d = arr(
+        "EITR",
+        0x12300,
+        104,
+        4,
+        0,
+        Access::Rw,
+        Id::Irq,
+        "8.2.3.5.12",
+    );
+    d.first = 24;
+    d
+}
+
 use Access::*;
 
 /// Power-on/reset value of RXPBSIZE(0): 512 KB in bits 19:10 (§8.2.3.8.9).
@@ -180,15 +192,15 @@ pub const SCALARS: &[RegDef] = &[
     r("EERD", 0x10014, 0, Rw, Id::Plain, "8.2.3.2.2"),
     r("FWSM", 0x10148, 0, Ro, Id::Fwsm, "8.2.3.4.10"),
     r("GCR_EXT", 0x11050, 0, Rw, Id::Plain, "8.2.3.4.12"),
-    // Interrupts (§8.2.3.5)
-    r("EICR", 0x00800, 0, W1c, Id::Eicr, "8.2.3.5.1"),
-    r("EICS", 0x00808, 0, Wo, Id::Eics, "8.2.3.5.2"),
-    r("EIAC", 0x00810, 0, Rw, Id::Plain, "8.2.3.5.5"),
-    r("EIMS", 0x00880, 0, Rw, Id::Eims, "8.2.3.5.3"),
-    r("EIMC", 0x00888, 0, Wo, Id::Eimc, "8.2.3.5.4"),
-    r("EIAM", 0x00890, 0, Rw, Id::Plain, "8.2.3.5.6"),
-    r("GPIE", 0x00898, 0, Rw, Id::Plain, "8.2.3.5.11"),
-    r("IVAR_MISC", 0x00A00, 0, Rw, Id::Plain, "8.2.3.5.14"),
+    // Interrupts (§8.2.3.5): storage and side effects in irq.rs
+    r("EICR", 0x00800, 0, W1c, Id::Irq, "8.2.3.5.1"),
+    r("EICS", 0x00808, 0, Wo, Id::Irq, "8.2.3.5.2"),
+    r("EIAC", 0x00810, 0, Rw, Id::Irq, "8.2.3.5.5"),
+    r("EIMS", 0x00880, 0, Rw, Id::Irq, "8.2.3.5.3"),
+    r("EIMC", 0x00888, 0, Wo, Id::Irq, "8.2.3.5.4"),
+    r("EIAM", 0x00890, 0, Rw, Id::Irq, "8.2.3.5.6"),
+    r("GPIE", 0x00898, 0, Rw, Id::Irq, "8.2.3.5.11"),
+    r("IVAR_MISC", 0x00A00, 0, Rw, Id::Irq, "8.2.3.5.14"),
     // Receive (§8.2.3.8, §8.2.3.7)
     r("RDRXCTL", 0x02F00, 0x0000_0880, Rw, Id::Rdrxctl, "8.2.3.8.8"),
     r("RXCTRL", 0x03000, 0, Rw, Id::Rxctrl, "8.2.3.8.10"),
@@ -266,12 +278,13 @@ pub const SCALARS: &[RegDef] = &[
 /// Register arrays (not per queue).
 #[rustfmt::skip]
 pub const ARRAYS: &[RegDef] = &[
-    arr("EITR", 0x00820, 24, 4, 0, Rw, Id::Plain, "8.2.3.5.12"),
-    arr("IVAR", 0x00900, 64, 4, 0, Rw, Id::Plain, "8.2.3.5.13"),
-    arr("EICS_EX", 0x00A90, 2, 4, 0, Wo, Id::Plain, "8.2.3.5.7"),
-    arr("EIMS_EX", 0x00AA0, 2, 4, 0, Rw, Id::EimsEx, "8.2.3.5.8"),
-    arr("EIMC_EX", 0x00AB0, 2, 4, 0, Wo, Id::EimcEx, "8.2.3.5.9"),
-    arr("EIAM_EX", 0x00AD0, 2, 4, 0, Rw, Id::Plain, "8.2.3.5.7"),
+    arr("EITR", 0x00820, 24, 4, 0, Rw, Id::Irq, "8.2.3.5.12"),
+    eitr_high(),
+    arr("IVAR", 0x00900, 64, 4, 0, Rw, Id::Irq, "8.2.3.5.13"),
+    arr("EICS_EX", 0x00A90, 2, 4, 0, Wo, Id::Irq, "8.2.3.5.7"),
+    arr("EIMS_EX", 0x00AA0, 2, 4, 0, Rw, Id::Irq, "8.2.3.5.8"),
+    arr("EIMC_EX", 0x00AB0, 2, 4, 0, Wo, Id::Irq, "8.2.3.5.9"),
+    arr("EIAM_EX", 0x00AD0, 2, 4, 0, Rw, Id::Irq, "8.2.3.5.10"),
     // Flow control
     arr("FCTTV", 0x03200, 4, 4, 0, Rw, Id::Plain, "8.2.3.3.3"),
     arr("FCRTL", 0x03220, 8, 4, 0, Rw, Id::Plain, "8.2.3.3.4"),

@@ -16,7 +16,7 @@
 //! waits in the packet buffer (SRRCTL.DROP_EN, §8.2.3.8.7).
 
 use crate::datapath::{DataPath, Writeback};
-use crate::device::{bump, Device};
+use crate::device::{bump, Device, Dir};
 use crate::dmacache::DmaCache;
 use crate::regs::{bits::*, off};
 use crate::wire::RxFrame;
@@ -173,6 +173,7 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &mut RxFrame) -> Outcome {
             dp.writeback(dev, Writeback::U64(da + 8, hi));
         }
     }
+    dp.writeback(dev, Writeback::Cause(Dir::Rx, q));
     ring.head = (ring.head + needed) % ring.count;
     dp.rx[q].head = ring.head;
     dev.regs.set(off::rdh(q), ring.head);

@@ -14,7 +14,7 @@
 //! but it is consumed and written back like any other.
 
 use crate::datapath::{DataPath, Ring, Writeback};
-use crate::device::{bump, Device};
+use crate::device::{bump, Device, Dir};
 use crate::filter::size_bucket;
 use crate::regs::{bits::*, off};
 use crate::wire::{self, PeerNow};
@@ -80,6 +80,7 @@ fn run_queue(dp: &mut DataPath, dev: &Device, q: usize, peer: &PeerNow) -> usize
                 | u64::from(dev.regs.get(off::tdwbal(q)) & !0x3);
             dp.writeback(dev, Writeback::U32(addr, ring.head));
         }
+        dp.writeback(dev, Writeback::Cause(Dir::Tx, q));
     }
     consumed
 }

@@ -170,6 +170,8 @@ fn interrupt_mask_set_and_clear() {
     b.wr(r::EIMC, 0x30);
     assert_eq!(b.rd(r::EIMS), 0xC3);
     assert_eq!(b.rd(r::EIMC), 0, "EIMC is write-only");
+    // the link came up during init: EICR.LSC (bit 20) is set; reading clears it
+    assert_eq!(b.rd(r::EICR), 1 << 20);
     // EICS sets causes; EICR is write-1-to-clear and clear-on-read
     b.wr(0x00808, 0x5);
     b.wr(r::EICR, 0x1);

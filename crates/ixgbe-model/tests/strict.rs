@@ -293,3 +293,29 @@ fn strict_off_records_nothing() {
     assert!(b.dma.allocate(64, true).is_ok());
     assert!(b.nic.violations().is_empty(), "nor for DMA set-up");
 }
+
+#[test]
+fn an_interrupt_enabled_with_no_vector() {
+    // GPIE multiple-MSI-X mode, but MSI-X was never set up at the PCI
+    // level (no eventfds): unmasking vector 0 has nothing to deliver to
+    let b = ready();
+    b.wr(0x00898, 1 << 4); // GPIE.Multiple_MSIX
+    b.wr(0x00AA0, 1); // EIMS_EX(0): vector 0
+    assert!(b.flagged("7.3.1"), "{:?}", b.nic.violations());
+    b.nic.clear_violations();
+    // LSC enabled with no IVAR_MISC vector for the other causes
+    b.wr(0x00880, 1 << 20);
+    assert!(b.flagged("8.2.3.5.14"), "{:?}", b.nic.violations());
+    b.nic.clear_violations();
+    // MSI-X set up, but GPIE left in single-vector mode
+    let fds = b.nic.pci().enable_msix(2).unwrap();
+    b.wr(0x00898, 0);
+    b.wr(0x00AA0, 2);
+    assert!(b.flagged("8.2.3.5.11"), "{:?}", b.nic.violations());
+    // a vector that does exist, in MSI-X mode: clean
+    b.nic.clear_violations();
+    b.wr(0x00898, 1 << 4);
+    b.wr(0x00AA0, 1);
+    b.assert_clean();
+    drop(fds);
+}

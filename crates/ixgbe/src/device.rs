@@ -25,6 +25,10 @@ pub struct DeviceConfig {
     pub poll_timeout: Duration,
     /// Bound on the wait for the link to come up.
     pub link_timeout: Duration,
+    /// Minimum interval between two interrupts of one MSI-X vector (EITR,
+    /// §8.2.3.5.12; 2 µs steps, at most 1022 µs), once
+    /// [`Device::enable_interrupts`] set them up.
+    pub interrupt_interval: Duration,
 }
 
 impl Default for DeviceConfig {
@@ -35,6 +39,8 @@ impl Default for DeviceConfig {
             promiscuous: true,
             poll_timeout: Duration::from_secs(1),
             link_timeout: Duration::from_secs(10),
+            // Linux's ixgbe default (20,000 interrupts/s per vector)
+            interrupt_interval: Duration::from_micros(50),
         }
     }
 }

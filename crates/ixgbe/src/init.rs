@@ -51,8 +51,8 @@ pub(crate) fn initialize<P: PciFunction>(
         cfg,
     };
     // LEFT ALONE (§4.6.3.1): interrupts are not masked before the reset,
-    // only after it: the reset masks every cause itself, and the driver
-    // never unmasks one.
+    // only after it: the reset masks every cause itself, and nothing is
+    // unmasked until `irq.rs` sets interrupts up after initialization.
     // DEVIATION (§4.6.3): receive queues a previous driver left running
     // are disabled before the reset, which the sequence does not list:
     // master disable needs them off first (§4.6.7.1.2, §5.2.5.3.2).
@@ -192,9 +192,9 @@ impl<B: Bar> Init<'_, B> {
     }
 
     /// §4.6.3.1 "Interrupts During Initialization": mask every interrupt
-    /// cause in all three EIMC registers (§7.3.1). The driver polls and
-    /// never unmasks them (the disable before the reset is skipped, see
-    /// `initialize`).
+    /// cause in all three EIMC registers (§7.3.1). Nothing is unmasked
+    /// until `irq.rs` sets interrupts up (the disable before the reset is
+    /// skipped, see `initialize`).
     fn disable_interrupts(&self) {
         let r = &self.regs;
         r.write(&regs::EIMC, 0, regs::eimc::ALL_0);
@@ -374,8 +374,10 @@ impl<B: Bar> Init<'_, B> {
         // "Enable transmit path by setting DMATXCTL.TE", needed once,
         // before the first transmit queue is enabled.
         r.set(&regs::DMATXCTL, 0, regs::dmatxctl::TE);
-        // LEFT ALONE (§4.6.3.1): interrupts are never enabled, the last
-        // step of the sequence: the driver polls.
+        // LEFT ALONE (§4.6.3.1): interrupts are never enabled here, the
+        // last step of the sequence: `Device::enable_interrupts` (irq.rs)
+        // sets up MSI-X afterwards where the platform gives it (VFIO);
+        // without it the driver polls.
     }
 
     /// §4.6.7, last step: enable the receive path. Queues are enabled

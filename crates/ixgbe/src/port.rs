@@ -4,10 +4,12 @@
 //! queue is one hardware RX/TX queue pair over a pool shared by the
 //! port's queues.
 
-use crate::{Device, DeviceConfig, InitError, RxQueue, TxQueue, MIN_RX_DATA_ROOM};
+use crate::{
+    Device, DeviceConfig, InitError, LinkIrq, QueueIrq, RxQueue, TxQueue, MIN_RX_DATA_ROOM,
+};
 use nfkit_hw::pool::{Mempool, DEFAULT_BUF_SIZE};
 use nfkit_hw::{Bar, Batch, Clock, DmaAllocator, PciAddress, PciFunction, SystemClock};
-use nfkit_port::{LinkStatus, OpenOptions, Opener, Port, PortError, PortSpec, QueueStats};
+use nfkit_port::{LinkStatus, OpenOptions, Opener, Port, PortError, PortSpec, QueueStats, RxWake};
 use std::sync::Arc;
 
 /// Ring slots per queue.
@@ -30,6 +32,10 @@ pub struct IxgbePort<B: Bar + 'static> {
     rx_count: usize,
     tx_count: usize,
     pool: Mempool,
+    /// `irq[i]`: the MSI-X vector of `rx[i]`, if interrupts are set up.
+    irq: Vec<Option<QueueIrq<B>>>,
+    /// The link-change vector (the whole port only).
+    link_irq: Option<LinkIrq<B>>,
 }
 
 impl<B: Bar + 'static> IxgbePort<B> {
@@ -59,11 +65,49 @@ impl<B: Bar + 'static> IxgbePort<B> {
             rx_count: nrx,
             tx_count: ntx,
             pool,
+            irq: Vec::new(),
+            link_irq: None,
         })
     }
 
     pub fn device(&self) -> &Device<B> {
         &self.dev
+    }
+
+    /// Set up MSI-X (`Device::enable_interrupts`) so that a loop that
+    /// sleeps when idle is woken by a queue's interrupt. Where the
+    /// platform has no MSI-X (sysfs/uio) this is logged and the port is
+    /// polled; other errors are returned. Call before splitting the port.
+    pub fn enable_interrupts<P: PciFunction<Bar = B>>(
+        &mut self,
+        pci: &P,
+    ) -> Result<bool, PortError> {
+        match self.dev.enable_interrupts(pci) {
+            Ok(irq) => {
+                self.irq = irq.queues;
+                self.link_irq = Some(irq.link);
+                Ok(true)
+            }
+            Err(nfkit_hw::HwError::Unsupported(why)) => {
+                tracing::info!(port = %self.name, "82599 without interrupts ({why}): the port is polled");
+                Ok(false)
+            }
+            Err(e) => Err(PortError::Hw {
+                port: self.name.clone(),
+                source: e,
+            }),
+        }
+    }
+
+    /// The link-change interrupt, when interrupts are set up.
+    pub fn link_irq(&self) -> Option<&LinkIrq<B>> {
+        self.link_irq.as_ref()
+    }
+
+    fn queue_irq(&self, queue: usize) -> Option<&QueueIrq<B>> {
+        self.irq
+            .get(queue.wrapping_sub(self.base))
+            .and_then(|i| i.as_ref())
     }
 }
 
@@ -124,6 +168,22 @@ impl<B: Bar + 'static> Port for IxgbePort<B> {
     fn pool(&self) -> &Mempool {
         &self.pool
     }
+    /// The queue's MSI-X eventfd (VFIO or the model); without MSI-X
+    /// (uio) the loop keeps polling.
+    fn rx_wake(&self, queue: usize) -> RxWake {
+        match self.queue_irq(queue) {
+            Some(irq) => RxWake::Fd(irq.fd()),
+            None => RxWake::Poll,
+        }
+    }
+    fn rx_arm(&mut self, queue: usize) -> bool {
+        self.queue_irq(queue).is_some_and(|irq| irq.arm())
+    }
+    fn rx_disarm(&mut self, queue: usize) {
+        if let Some(irq) = self.queue_irq(queue) {
+            irq.disarm();
+        }
+    }
     /// One part per queue pair: receive queue `q` and transmit queue `q`
     /// with the device and the pool shared. Each queue has its own
     /// descriptor ring and its own head and tail registers (RDH/RDT
@@ -137,6 +197,8 @@ impl<B: Bar + 'static> Port for IxgbePort<B> {
         }
         let mut rx = std::mem::take(&mut self.rx).into_iter();
         let mut tx = std::mem::take(&mut self.tx).into_iter();
+        let mut irq = std::mem::take(&mut self.irq).into_iter();
+        let mut link_irq = self.link_irq.take();
         let parts = (0..self.rx_count.max(self.tx_count))
             .map(|q| {
                 Box::new(IxgbePort {
@@ -148,6 +210,8 @@ impl<B: Bar + 'static> Port for IxgbePort<B> {
                     rx_count: self.rx_count,
                     tx_count: self.tx_count,
                     pool: self.pool.clone(),
+                    irq: irq.next().into_iter().collect(),
+                    link_irq: if q == 0 { link_irq.take() } else { None },
                 }) as Box<dyn Port>
             })
             .collect();
@@ -201,9 +265,9 @@ where
 {
     let (pci, dma) = sim.create(n)?;
     let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
-    Ok(Box::new(
-        IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?,
-    ))
+    let mut port = IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?;
+    port.enable_interrupts(&pci)?;
+    Ok(Box::new(port))
 }
 
 /// Open a real 82599 at `addr`: VFIO when the device is bound to
@@ -229,9 +293,9 @@ pub fn open_pci(
         let pci = container.device(addr).map_err(hw)?;
         let dma: Arc<dyn DmaAllocator> = Arc::new(container);
         let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
-        return Ok(Box::new(
-            IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?,
-        ));
+        let mut port = IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?;
+        port.enable_interrupts(&pci)?;
+        return Ok(Box::new(port));
     }
     let pci = nfkit_hw::linux::LinuxPci::open(addr).map_err(hw)?;
     let guard = pci
@@ -240,8 +304,10 @@ pub fn open_pci(
         .map_err(hw)?;
     let dma: Arc<dyn DmaAllocator> = Arc::new(nfkit_hw::linux::HugepageDma::new().map_err(hw)?);
     let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
-    let port = Box::new(IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?);
-    Ok(nfkit_port::with_guard(port, guard))
+    let mut port = IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?;
+    // uio_pci_generic has no MSI-X: this logs it and the port is polled
+    port.enable_interrupts(&pci)?;
+    Ok(nfkit_port::with_guard(Box::new(port), guard))
 }
 
 /// The opener of 82599 ports: `pci:ADDR` (any PCI device a registry asks

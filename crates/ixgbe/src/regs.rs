@@ -22,6 +22,13 @@ pub enum Layout {
     /// One register per receive queue (128): queues 0-63 at the base,
     /// queues 64-127 at `high_base`, 0x40 apart in both halves.
     RxQueues { high_base: usize },
+    /// `count` registers, 4 bytes apart: the first `low` at the base, the
+    /// rest from `high_base` (EITR, §8.2.3.5.12).
+    Split {
+        count: usize,
+        low: usize,
+        high_base: usize,
+    },
 }
 
 /// One register (or register array) of the 82599.
@@ -85,6 +92,7 @@ impl Reg {
             Layout::One => 1,
             Layout::Array { count, .. } => count,
             Layout::RxQueues { .. } => QUEUES,
+            Layout::Split { count, .. } => count,
         }
     }
 
@@ -99,6 +107,13 @@ impl Reg {
         match self.layout {
             Layout::One => self.base,
             Layout::Array { stride, .. } => self.base + i * stride,
+            Layout::Split { low, high_base, .. } => {
+                if i < low {
+                    self.base + i * 4
+                } else {
+                    high_base + (i - low) * 4
+                }
+            }
             Layout::RxQueues { high_base } => {
                 if i < 64 {
                     self.base + i * QUEUE_STRIDE
@@ -144,14 +159,82 @@ pub mod gcr_ext {
 }
 
 // ------------------------------------------------------------- interrupts
+// §7.3.1: in MSI-X mode EICR/EICS/EIMS/EIMC/EIAC/EIAM bits 15:0 are MSI-X
+// vectors 0-15 and bits 30:16 the "other" causes (LSC...); the _EX pairs
+// hold one bit per vector 0-63 (EX(0): 0-31, EX(1): 32-63).
+/// Interrupt cause: clear on read, write 1 to clear.
+pub const EICR: Reg = Reg::one("EICR", "8.2.3.5.1", 0x00800);
+pub mod eicr {
+    /// Queue (vector) causes, bits 15:0.
+    pub const RTXQ: u32 = 0xFFFF;
+    /// Link status change.
+    pub const LSC: u32 = 1 << 20;
+}
+pub const EICS: Reg = Reg::one("EICS", "8.2.3.5.2", 0x00808);
+pub const EIAC: Reg = Reg::one("EIAC", "8.2.3.5.5", 0x00810);
+/// Interrupt throttling, one per vector: 0-23 at 0x00820, 24-127 at 0x12300.
+pub const EITR: Reg = Reg {
+    name: "EITR",
+    section: "8.2.3.5.12",
+    base: 0x00820,
+    layout: Layout::Split {
+        count: 128,
+        low: 24,
+        high_base: 0x12300,
+    },
+};
+pub mod eitr {
+    /// Minimum interval between two messages, bits 11:3, in 2 µs units
+    /// at 1 and 10 Gb/s.
+    pub const INTERVAL_MASK: u32 = 0x1FF << 3;
+    pub const INTERVAL_UNIT_NS: u64 = 2_000;
+    /// Write the interval without resetting the running counter.
+    pub const CNT_WDIS: u32 = 1 << 31;
+    /// The field for `interval`, rounded down to the unit and capped.
+    pub fn interval(interval: std::time::Duration) -> u32 {
+        let units = (interval.as_nanos() / u128::from(INTERVAL_UNIT_NS)).min(0x1FF) as u32;
+        units << 3
+    }
+}
+pub const EIMS: Reg = Reg::one("EIMS", "8.2.3.5.3", 0x00880);
 /// Interrupt mask clear: EIMC at 0x00888 and EIMC_EX(0..1) at
 /// 0x00AB0/0x00AB4 (§7.3.1: three sets of interrupt registers).
-pub const EIMC: Reg = Reg::one("EIMC", "8.2.3.5.9", 0x00888);
-pub const EIMC_EX: Reg = Reg::array("EIMC_EX", "8.2.3.5.9", 0x00AB0, 2, 4);
+pub const EIMC: Reg = Reg::one("EIMC", "8.2.3.5.4", 0x00888);
 pub mod eimc {
     /// Bit 31 of EIMC(0) is reserved.
     pub const ALL_0: u32 = 0x7FFF_FFFF;
     pub const ALL_EX: u32 = 0xFFFF_FFFF;
+}
+pub const EIAM: Reg = Reg::one("EIAM", "8.2.3.5.6", 0x00890);
+pub const GPIE: Reg = Reg::one("GPIE", "8.2.3.5.11", 0x00898);
+pub mod gpie {
+    /// Multiple MSI-X mode: one vector per cause group (IVAR).
+    pub const MULTIPLE_MSIX: u32 = 1 << 4;
+    /// Auto-mask enable (EIAM).
+    pub const EIAME: u32 = 1 << 30;
+    /// MSI-X pending bits in the PBA table, not in EICR.
+    pub const PBA_SUPPORT: u32 = 1 << 31;
+}
+/// Queue cause to vector: IVAR(n) maps queues 2n and 2n+1.
+pub const IVAR: Reg = Reg::array("IVAR", "8.2.3.5.13", 0x00900, 64, 4);
+pub mod ivar {
+    pub const VALID: u32 = 0x80;
+    pub const VECTOR_MASK: u32 = 0x3F;
+    /// Bit position of queue `q`'s entry in IVAR(q / 2): RX of the even
+    /// queue at 7:0, its TX at 15:8, RX of the odd one at 23:16, TX 31:24.
+    pub const fn shift(q: usize, tx: bool) -> u32 {
+        16 * (q as u32 & 1) + if tx { 8 } else { 0 }
+    }
+}
+pub const EICS_EX: Reg = Reg::array("EICS_EX", "8.2.3.5.7", 0x00A90, 2, 4);
+pub const EIMS_EX: Reg = Reg::array("EIMS_EX", "8.2.3.5.8", 0x00AA0, 2, 4);
+pub const EIMC_EX: Reg = Reg::array("EIMC_EX", "8.2.3.5.9", 0x00AB0, 2, 4);
+pub const EIAM_EX: Reg = Reg::array("EIAM_EX", "8.2.3.5.10", 0x00AD0, 2, 4);
+/// Vectors of the causes that are not queues: bits 15:8 the "other"
+/// causes (LSC...), an entry as in IVAR.
+pub const IVAR_MISC: Reg = Reg::one("IVAR_MISC", "8.2.3.5.14", 0x00A00);
+pub mod ivar_misc {
+    pub const OTHER_SHIFT: u32 = 8;
 }
 
 // ------------------------------------------------------------ flow control
@@ -416,12 +499,27 @@ mod tests {
         assert!(CTRL.at(1) > 0x20000);
         assert!(RDT.at(128) > 0x20000);
         assert!(QPRC.at(16) > 0x20000);
+        assert_eq!(EITR.at(23), 0x0087C);
+        assert_eq!(EITR.at(24), 0x12300);
+        assert_eq!(EITR.at(127), 0x12300 + 103 * 4);
+        assert!(EITR.at(128) > 0x20000);
+        assert_eq!(IVAR.at(63), 0x009FC);
+        assert_eq!(ivar::shift(3, true), 24);
+        assert_eq!(
+            eitr::interval(std::time::Duration::from_micros(50)),
+            25 << 3
+        );
+        assert_eq!(
+            eitr::interval(std::time::Duration::from_secs(1)),
+            0x1FF << 3
+        );
     }
 
     #[test]
     fn no_two_registers_share_an_offset() {
         let all = [
-            CTRL, STATUS, CTRL_EXT, EEC, FWSM, GCR_EXT, EIMC, EIMC_EX, FCCFG, FCRTH, MFLCN, RDBAL,
+            CTRL, STATUS, CTRL_EXT, EEC, FWSM, GCR_EXT, EICR, EICS, EIAC, EITR, EIMS, EIMC, EIAM,
+            GPIE, IVAR, EICS_EX, EIMS_EX, EIMC_EX, EIAM_EX, IVAR_MISC, FCCFG, FCRTH, MFLCN, RDBAL,
             RDBAH, RDLEN, DCA_RXCTRL, RDH, SRRCTL, RDT, RXDCTL, RDRXCTL, RXCTRL, RXPBSIZE, HLREG0,
             LINKS, SECRXCTRL, SECRXSTAT, FCTRL, MTA, RAL, RAH, MPSAR, MRQC, RETA, RSSRK, FTQF,
             PFVLVF, PFVLVFB, PFUTA, TDBAL, TDBAH, TDLEN, DCA_TXCTRL, TDH, TDT, TXDCTL, TDWBAL,

@@ -161,3 +161,21 @@ fn a_tag_in_another_format_is_refused() {
         assert!(parse_tag(bad).is_none(), "{bad}");
     }
 }
+
+/// `irq.rs` (interrupt set-up after initialization) tags its
+/// non-actions in the same format.
+#[test]
+fn the_interrupt_set_up_tags_its_non_actions() {
+    const IRQ: &str = include_str!("../src/irq.rs");
+    let mut n = 0;
+    for (i, line) in IRQ.lines().enumerate() {
+        let t = line.trim_start();
+        if let Some(c) = t.strip_prefix("// ") {
+            if c.contains("LEFT ALONE") || c.contains("DEVIATION") {
+                assert!(parse_tag(c).is_some(), "irq.rs line {}: {t}", i + 1);
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 3, "{n} tags in irq.rs");
+}

@@ -517,3 +517,235 @@ fn a_pool_too_small_for_the_ring_and_caches_is_refused_naming_the_minimum() {
     let pool = Mempool::new(&*bench.dma, "enough", 768, 4096).unwrap();
     assert!(dev.rx_queue(0, &pool, RING).is_ok());
 }
+
+// ------------------------------------------------------------ interrupts
+// MSI-X per queue (§7.3) through the model: the model signals the
+// vector's eventfd as VFIO would.
+
+/// Whether the eventfd `fd` has a signal pending (no wait, not consumed).
+fn signalled(fd: std::os::fd::RawFd) -> bool {
+    nfkit_port::idle::readable_now(fd)
+}
+
+fn with_interrupts(
+    bench: &Bench,
+    nic: &Nic82599,
+    pool: &Mempool,
+    interval: Duration,
+) -> (
+    nfkit_ixgbe::Device<SimBar>,
+    RxQueue<SimBar>,
+    nfkit_ixgbe::Interrupts<SimBar>,
+) {
+    let cfg = DeviceConfig {
+        interrupt_interval: interval,
+        ..DeviceConfig::default()
+    };
+    let dev = bench.init(nic, cfg).expect("init");
+    let rx = dev.rx_queue(0, pool, RING).unwrap();
+    let irq = dev
+        .enable_interrupts(&nic.pci())
+        .expect("MSI-X in the model");
+    (dev, rx, irq)
+}
+
+#[test]
+fn an_armed_queue_interrupts_and_a_masked_one_does_not() {
+    let mut bench = Bench::new(Mode::LockStep);
+    let nic = bench.nic(model(1));
+    let pool = Mempool::new(&*bench.dma, "irq", 2048, 4096).unwrap();
+    let (_dev, mut rx, irq) = with_interrupts(&bench, &nic, &pool, Duration::from_micros(50));
+    let q = irq.queues[0].as_ref().unwrap();
+    let wire = nic.wire();
+    let mut batch = Batch::new();
+    // polling: the vector is masked, a packet raises nothing
+    assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], 0, 64)));
+    nic.step();
+    assert!(!signalled(q.fd()), "a masked vector fired");
+    assert_eq!(rx.rx_batch(&mut batch), 1);
+    batch.clear();
+    // armed: the stale cause of that packet is cleared, so nothing fires...
+    assert!(q.arm());
+    nic.step();
+    assert!(!signalled(q.fd()), "the stale cause fired on arming");
+    // ...until a packet arrives after the arm
+    bench
+        .vclock
+        .as_ref()
+        .unwrap()
+        .advance(Duration::from_millis(1));
+    assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], 1, 64)));
+    nic.step();
+    assert!(
+        signalled(q.fd()),
+        "a packet after the arm did not interrupt"
+    );
+    assert_eq!(
+        rx.rx_batch(&mut batch),
+        1,
+        "the interrupt came before its descriptor"
+    );
+    batch.clear();
+    // auto-mask (EIAM): one message per arm, however many packets follow
+    bench
+        .vclock
+        .as_ref()
+        .unwrap()
+        .advance(Duration::from_millis(1));
+    assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], 2, 64)));
+    nic.step();
+    assert_eq!(nic.irq_counters().delivered[q.vector()], 1);
+    q.disarm();
+    assert_eq!(rx.rx_batch(&mut batch), 1);
+    assert_no_violations(&nic);
+}
+
+#[test]
+fn eitr_limits_the_interrupt_rate() {
+    let mut bench = Bench::new(Mode::LockStep);
+    let nic = bench.nic(model(1));
+    let pool = Mempool::new(&*bench.dma, "irq", 2048, 4096).unwrap();
+    let interval = Duration::from_micros(100);
+    let (_dev, mut rx, irq) = with_interrupts(&bench, &nic, &pool, interval);
+    let q = irq.queues[0].as_ref().unwrap();
+    let clock = bench.vclock.clone().unwrap();
+    let wire = nic.wire();
+    let mut batch = Batch::new();
+    let delivered = || nic.irq_counters().delivered[q.vector()];
+    // the first message goes at once
+    assert!(q.arm());
+    assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], 0, 64)));
+    nic.step();
+    assert_eq!(delivered(), 1);
+    rx.rx_batch(&mut batch);
+    // re-armed at once: the next packet waits out the interval
+    assert!(q.arm());
+    assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], 1, 64)));
+    nic.step();
+    assert_eq!(delivered(), 1, "a second message inside the EITR interval");
+    assert!(!signalled(q.fd()));
+    clock.advance(interval / 2);
+    assert_eq!(delivered(), 1);
+    clock.advance(interval / 2);
+    assert_eq!(
+        delivered(),
+        2,
+        "the throttled message did not follow the interval"
+    );
+    assert!(signalled(q.fd()));
+    assert!(nic.irq_counters().throttled >= 1);
+    // a steady stream re-armed after every packet: at most one message
+    // per interval
+    let start = delivered();
+    for i in 0..100 {
+        assert!(q.arm());
+        assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], 2 + i, 64)));
+        nic.step();
+        rx.rx_batch(&mut batch);
+        batch.clear();
+        clock.advance(Duration::from_micros(10));
+    }
+    let sent = delivered() - start;
+    // 1000 µs of device time at a 100 µs interval
+    assert!((9..=11).contains(&sent), "{sent} messages in 1 ms");
+    assert_no_violations(&nic);
+}
+
+#[test]
+fn a_link_change_raises_lsc() {
+    use nfkit_hw::{Bar, PciFunction};
+    let mut bench = Bench::new(Mode::LockStep);
+    let nic = bench.nic(model(1));
+    let pool = Mempool::new(&*bench.dma, "irq", 2048, 4096).unwrap();
+    let (dev, _rx, irq) = with_interrupts(&bench, &nic, &pool, Duration::from_micros(50));
+    let clock = bench.vclock.clone().unwrap();
+    assert!(!signalled(irq.link.fd()), "LSC before any change");
+    // restart auto-negotiation (AUTOC.RESTART_AN, §8.2.3.22.19): the link
+    // drops, then comes back
+    let bar = nic.pci().map_bar(0).unwrap();
+    bar.write32(0x042A0, bar.read32(0x042A0) | 1 << 12);
+    clock.advance(Duration::from_micros(1));
+    assert!(!dev.link().up);
+    assert!(signalled(irq.link.fd()), "no LSC on link down");
+    assert_eq!(irq.link.ack(), 1);
+    clock.advance(Duration::from_millis(20));
+    assert!(dev.link().up);
+    assert!(signalled(irq.link.fd()), "no LSC on link up");
+    assert_eq!(irq.link.ack(), 1);
+    assert_no_violations(&nic);
+}
+
+/// The hybrid loop of `nfkit_port::idle` over an 82599 port: idle, it
+/// arms the queue's vector and sleeps in poll(2); a packet that arrives
+/// later wakes it through the model's MSI-X eventfd, long before the
+/// sleep bound.
+#[test]
+fn an_idle_port_sleeps_and_the_next_packet_wakes_it() {
+    use nfkit_port::{Idle, IdleOptions, Port};
+    let mut bench = Bench::new(Mode::FreeRunning);
+    let nic = bench.nic(model(1));
+    let dev = bench.init(&nic, DeviceConfig::default()).expect("init");
+    let mut port = nfkit_ixgbe::IxgbePort::new("sim:0", dev, &*bench.dma).unwrap();
+    assert!(port.enable_interrupts(&nic.pci()).unwrap());
+    let max_sleep = Duration::from_secs(5);
+    let mut idle = Idle::new(IdleOptions {
+        sleep_after: Some(Duration::from_micros(200)),
+        max_sleep,
+    });
+    let wire = nic.wire();
+    let sent = Arc::new(AtomicBool::new(false));
+    let s = sent.clone();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        s.store(true, Ordering::Release);
+        assert!(wire.inject(&frame([2, 0, 0, 0, 0, 1], 0, 64)));
+        Instant::now()
+    });
+    let start = Instant::now();
+    let mut batch = Batch::new();
+    let mut got = 0;
+    let mut received_at = None;
+    while got == 0 && start.elapsed() < Duration::from_secs(20) {
+        let n = port.rx_batch(0, &mut batch);
+        batch.clear();
+        got += n;
+        if n > 0 {
+            received_at = Some(Instant::now());
+        }
+        if idle.round(n > 0) {
+            let mut found = 0;
+            idle.sleep(&mut [&mut port as &mut dyn Port], None, |ports| {
+                let n = ports[0].rx_batch(0, &mut batch);
+                batch.clear();
+                found += n;
+                n > 0
+            });
+            if found > 0 {
+                got += found;
+                received_at = Some(Instant::now());
+            }
+        }
+    }
+    let injected_at = sender.join().unwrap();
+    assert_eq!(got, 1);
+    let times = idle.times(start.elapsed());
+    assert!(times.woken >= 1, "never woken by the interrupt: {times:?}");
+    assert_eq!(times.timeouts, 0, "slept to the bound: {times:?}");
+    let latency = received_at.unwrap().saturating_duration_since(injected_at);
+    eprintln!(
+        "{} ({} sleeps, {} woken, {} timeouts); first packet after idle received {latency:?} after its injection",
+        times.line("82599 sim queue 0"),
+        times.sleeps,
+        times.woken,
+        times.timeouts
+    );
+    assert!(latency < max_sleep / 2, "woken after {latency:?}");
+    assert!(
+        times.asleep >= Duration::from_millis(200),
+        "asleep only {:?} of an idle 300 ms",
+        times.asleep
+    );
+    drop(port);
+    bench.stop();
+    assert_no_violations(&nic);
+}

@@ -25,6 +25,7 @@ pub fn run(opts: Options) -> Result<()> {
     let reg = registry(lab.clone(), SIM_QUEUES);
     let open = Arc::new(move |spec: &str| -> Result<Box<dyn Port>, PortError> {
         reg.open_str(spec, &OpenOptions::default())
+            .inspect(|p| eprintln!("{}", nfkit_port::capability_line(&**p)))
     });
     lab.start_load();
     let report = nfkit_daemon::run(opts, open, |addr| {

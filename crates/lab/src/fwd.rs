@@ -78,6 +78,10 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     };
     let mut a = reg.open(&specs[0], &opts)?;
     let mut b = reg.open(&specs[1], &opts)?;
+    for p in [&a, &b] {
+        eprintln!("{}", nfkit_port::capability_line(&**p));
+        eprintln!("{}", nfkit_port::frame_line(&**p));
+    }
     lab.start_load();
     eprintln!("{}", crate::cores::pin_data_path(args.cores.as_deref())?);
     let report = match args.model.on(false) {

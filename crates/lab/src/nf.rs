@@ -263,6 +263,7 @@ fn run_ports(
                 ..OpenOptions::default()
             };
             reg.open(s, &opts)
+                .inspect(|p| eprintln!("{}", nfkit_port::capability_line(&**p)))
         })
         .collect::<Result<_, _>>()?;
     let ports: RefCell<Vec<&mut dyn Port>> =

@@ -495,6 +495,7 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
                 ..OpenOptions::default()
             };
             reg.open_str(s, &opts)
+                .inspect(|p| eprintln!("{}", nfkit_port::capability_line(&**p)))
         })
         .collect::<Result<_, _>>()?;
     let mut gens: Vec<Generator> = (0..ports.len())

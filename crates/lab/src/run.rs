@@ -26,6 +26,7 @@ pub fn run(path: &Path, seconds: Option<u64>) -> Result<nfkit_pipeline::Pipeline
     let reg = registry(lab.clone(), SIM_QUEUES);
     let open = |spec: &str| -> Result<Box<dyn Port>, PortError> {
         reg.open_str(spec, &OpenOptions::default())
+            .inspect(|p| eprintln!("{}", nfkit_port::capability_line(&**p)))
     };
     let mut pipeline = desc
         .build(&open)

@@ -11,7 +11,9 @@
 //! header's offsets are the frame's: metadata that lies about offsets is
 //! refused with a reason, never followed.
 
-pub use nfkit_hw::pool::offload::{self as flags, Gso, Offload, OffloadError, Tunnel, L3, L4};
+pub use nfkit_hw::pool::offload::{
+    self as flags, cap, Caps, Gso, Offload, OffloadError, Tunnel, L3, L4,
+};
 
 /// UDP ports that mark a tunnel.
 pub const VXLAN_PORT: u16 = 4789;
@@ -225,36 +227,67 @@ pub fn from_virtio_net_hdr(hdr: &[u8], frame: &[u8]) -> Result<Option<Offload>, 
 }
 
 /// Do in software what a packet's offload state asks of a port that
-/// cannot (see `Port::capabilities`): the IPv4 header checksums, the
-/// TCP or UDP checksum (in full, over the pseudo-header), then the
-/// 802.1Q tag. The state is taken off the packet. Segmentation cannot
-/// be done in one buffer: a super-frame is refused
-/// ([`OffloadError::Unsupported`]), as is state that does not fit the
-/// frame; the caller drops and counts it.
+/// cannot do anything itself: [`finish_for`] with [`Caps::NONE`].
 pub fn finish_in_software(p: &mut nfkit_hw::PktBuf) -> Result<(), OffloadError> {
-    let Some(o) = p.take_offload() else {
+    finish_for(p, Caps::NONE)
+}
+
+/// The transmit requests of offload state.
+const TX_FLAGS: u16 = flags::IP_CSUM | flags::L4_CSUM | flags::OUTER_IP_CSUM | flags::VLAN_INSERT;
+
+/// Make a packet ready for a port that has `caps`: do in software
+/// exactly what its offload state asks and the port cannot do (the IPv4
+/// header checksums, the TCP or UDP checksum in full over the
+/// pseudo-header, then the 802.1Q tag), and leave on the packet only
+/// what the port does itself (its offsets moved past a tag software
+/// inserted). Receive verdicts mean nothing to a transmitter and go.
+/// A packet with nothing left for the port has no state afterwards.
+/// Segmentation cannot be done in one buffer: a super-frame the port
+/// cannot segment is refused ([`OffloadError::Unsupported`]), as is
+/// state that does not fit the frame; the caller drops and counts it.
+pub fn finish_for(p: &mut nfkit_hw::PktBuf, caps: Caps) -> Result<(), OffloadError> {
+    let Some(mut o) = p.take_offload() else {
         return Ok(());
     };
     o.check(p.len())?;
-    if o.gso != Gso::None {
+    if !caps.segments(&o) {
         return Err(OffloadError::Unsupported);
     }
+    let port = caps.tx_done_by_port(&o);
+    // A port that segments fills in the checksums of every segment.
+    let software = if o.gso != Gso::None {
+        o.flags & flags::VLAN_INSERT & !port
+    } else {
+        o.flags & TX_FLAGS & !port
+    };
     let d = p.data_mut();
-    if o.has(flags::OUTER_IP_CSUM) {
+    if software & flags::OUTER_IP_CSUM != 0 {
         ipv4_csum(d, usize::from(o.outer_l2_len))?;
     }
-    if o.has(flags::IP_CSUM) {
+    if software & flags::IP_CSUM != 0 {
         ipv4_csum(d, o.l3_start())?;
     }
-    if o.has(flags::L4_CSUM) {
+    if software & flags::L4_CSUM != 0 {
         l4_csum(d, &o)?;
     }
-    if o.has(flags::VLAN_INSERT) {
+    if software & flags::VLAN_INSERT != 0 {
         p.prepend(4).map_err(|_| OffloadError::Unsupported)?;
         let d = p.data_mut();
         d.copy_within(4..16, 0);
         d[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
         d[14..16].copy_from_slice(&o.vlan_tci.to_be_bytes());
+        if o.tunnel == Tunnel::None {
+            o.l2_len += 4;
+        } else {
+            o.outer_l2_len += 4;
+        }
+    }
+    o.flags = (o.flags & TX_FLAGS & !software) | (o.flags & flags::GSO_ECN);
+    if o.has(flags::L4_CSUM) {
+        seed_pseudo(p.data_mut(), &o)?;
+    }
+    if o.flags & TX_FLAGS != 0 || o.gso != Gso::None {
+        p.set_offload(o);
     }
     Ok(())
 }
@@ -270,7 +303,9 @@ fn ipv4_csum(d: &mut [u8], l3: usize) -> Result<(), OffloadError> {
     Ok(())
 }
 
-fn l4_csum(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
+/// The pseudo-header sum of the (inner) TCP/UDP header, and where its
+/// checksum field and its data end.
+fn l4_pseudo(d: &[u8], o: &Offload) -> Result<(crate::checksum::Sum, usize, usize), OffloadError> {
     use crate::checksum::Sum;
     let (l3, l4) = (o.l3_start(), o.l4_start());
     let (pseudo, end) = match o.l3 {
@@ -287,7 +322,8 @@ fn l4_csum(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
             let end = l3 + 40 + len;
             let proto = d[l3 + 6];
             let s = Sum::ZERO.add_bytes(&d[l3 + 8..l3 + 40]);
-            (s.add_u32((end - l4) as u32).add_u16(u16::from(proto)), end)
+            let len = end.checked_sub(l4).ok_or(OffloadError::Mismatch)?;
+            (s.add_u32(len as u32).add_u16(u16::from(proto)), end)
         }
         L3::None => return Err(OffloadError::Mismatch),
     };
@@ -295,12 +331,29 @@ fn l4_csum(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
     if end > d.len() || end < at + 2 {
         return Err(OffloadError::Mismatch);
     }
+    Ok((pseudo, at, end))
+}
+
+fn l4_csum(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
+    let (pseudo, at, end) = l4_pseudo(d, o)?;
     d[at..at + 2].fill(0);
-    let mut c = pseudo.add_bytes(&d[l4..end]).checksum();
+    let mut c = pseudo.add_bytes(&d[o.l4_start()..end]).checksum();
     if c == 0 && o.l4 == L4::Udp {
         c = 0xffff;
     }
     d[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    Ok(())
+}
+
+/// Put the pseudo-header sum (folded, not complemented) in the (inner)
+/// TCP/UDP checksum field: what a device or kernel that fills the
+/// checksum in from `csum_start` adds the rest to (Linux's
+/// `CHECKSUM_PARTIAL`, VirtIO's NEEDS_CSUM, the 82599's TXSM). Whatever
+/// a module wrote there since (an incremental update after NAT) is
+/// replaced.
+fn seed_pseudo(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
+    let (pseudo, at, _) = l4_pseudo(d, o)?;
+    d[at..at + 2].copy_from_slice(&pseudo.fold().to_be_bytes());
     Ok(())
 }
 
@@ -395,5 +448,64 @@ mod tests {
             let _ = from_virtio_net_hdr(&to_virtio_net_hdr(&describe(&f).unwrap()), &f[..n]);
             let _ = describe(&f[..n]);
         }
+    }
+
+    /// A port that fills in TCP checksums gets the request with the
+    /// pseudo-header sum in the field (whatever was there); software
+    /// does the IPv4 checksum and the tag the port cannot, and moves the
+    /// offsets past the tag. Another finish in software then gives the
+    /// frame a checksum that verifies.
+    #[test]
+    fn finish_for_splits_work_by_capability() {
+        let dma = nfkit_hw::sim::SimDma::new();
+        let pool = nfkit_hw::Mempool::new(&*dma, "t", 8, 2048).unwrap();
+        let f = tcp();
+        let mut p = pool.alloc().unwrap();
+        p.copy_from(&f).unwrap();
+        let d = p.data_mut();
+        d[24..26].fill(0xee); // IPv4 checksum to do
+        d[50..52].fill(0xee); // TCP checksum field: junk
+        let mut o = describe(&f).unwrap();
+        o.flags = flags::IP_CSUM | flags::L4_CSUM | flags::VLAN_INSERT | flags::L4_CSUM_GOOD;
+        o.vlan_tci = 7;
+        p.set_offload(o);
+        finish_for(&mut p, Caps::new(cap::TX_L4_CSUM, 0)).unwrap();
+        let left = *p.offload().expect("the L4 checksum is the port's");
+        assert_eq!(left.flags, flags::L4_CSUM);
+        assert_eq!(left.l2_len, 18);
+        let d = p.data();
+        assert_eq!(&d[12..16], &[0x81, 0, 0, 7]);
+        let pseudo = crate::checksum::Sum::ZERO
+            .add_bytes(&f[26..34])
+            .add_u16(6)
+            .add_u16((f.len() - 34) as u16)
+            .fold();
+        assert_eq!(&d[54..56], &pseudo.to_be_bytes());
+        finish_in_software(&mut p).unwrap();
+        assert!(p.offload().is_none());
+        let mut untagged = p.data()[..12].to_vec();
+        untagged.extend_from_slice(&p.data()[16..]);
+        assert_eq!(untagged, f, "both checksums as the builder made them");
+        // Nothing left for the port: no state afterwards.
+        let mut q = pool.alloc().unwrap();
+        q.copy_from(&f).unwrap();
+        q.set_offload(Offload {
+            flags: flags::L4_CSUM_GOOD,
+            ..Offload::default()
+        });
+        finish_for(&mut q, Caps::new(cap::TX_L4_CSUM, 0)).unwrap();
+        assert!(q.offload().is_none());
+        // Segmentation the port cannot do is refused.
+        o.flags = flags::L4_CSUM;
+        o.gso = Gso::Tcp;
+        o.gso_size = 10;
+        q.set_offload(o);
+        assert_eq!(
+            finish_for(&mut q, Caps::new(cap::TX_L4_CSUM, 0)),
+            Err(OffloadError::Unsupported)
+        );
+        q.set_offload(o);
+        finish_for(&mut q, Caps::new(cap::TX_TSO, 0)).unwrap();
+        assert_eq!(q.offload().map(|o| o.gso), Some(Gso::Tcp));
     }
 }

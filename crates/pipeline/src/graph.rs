@@ -681,26 +681,40 @@ impl Graph {
     /// task leaves in the order they were added.
     pub fn tc_stats(&self, w: usize) -> Vec<TcStats> {
         let stat =
-            |name: &str, policy: &'static str, parent: Option<&str>, c: &TcCounters| TcStats {
-                name: name.to_string(),
-                policy,
-                parent: parent.map(str::to_string),
-                count: c.count.get(),
-                cycles: c.cycles.get(),
-                packets: c.packets.get(),
-                bits: c.bits.get(),
-                throttled: c.throttled.get(),
+            |name: &str, policy: Option<&PolicySpec>, parent: Option<&str>, c: &TcCounters| {
+                TcStats {
+                    name: name.to_string(),
+                    policy: policy.map_or("leaf", PolicySpec::name),
+                    limit: match policy {
+                        Some(&PolicySpec::RateLimit {
+                            resource, limit, ..
+                        }) => Some((resource, limit)),
+                        _ => None,
+                    },
+                    parent: parent.map(str::to_string),
+                    count: c.count.get(),
+                    cycles: c.cycles.get(),
+                    packets: c.packets.get(),
+                    bits: c.bits.get(),
+                    throttled: c.throttled.get(),
+                    tokens_lost: c.tokens_lost.get(),
+                }
             };
         let Some(spec) = self.workers.get(w) else {
             return Vec::new();
         };
-        let mut out = vec![stat(ROOT_TC, "round_robin", None, &spec.root)];
+        let mut out = vec![stat(
+            ROOT_TC,
+            Some(&PolicySpec::RoundRobin),
+            None,
+            &spec.root,
+        )];
         for t in self.tcs.iter().filter(|t| t.worker == w) {
-            out.push(stat(&t.name, t.policy.name(), Some(&t.parent), &t.counters));
+            out.push(stat(&t.name, Some(&t.policy), Some(&t.parent), &t.counters));
         }
         for a in self.attachments.iter().filter(|a| a.worker == w) {
             if let Some(n) = self.nodes[a.module].as_ref() {
-                out.push(stat(&n.name, "leaf", Some(&a.parent), &a.counters));
+                out.push(stat(&n.name, None, Some(&a.parent), &a.counters));
             }
         }
         out

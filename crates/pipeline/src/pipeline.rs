@@ -89,6 +89,11 @@ pub struct Pipeline {
     sched_counters: Vec<Arc<SchedCounters>>,
     /// Times the running workers were paused (edits, commands, pauses).
     pauses: u64,
+    /// Per worker: times it was paused.
+    worker_pauses: Vec<u64>,
+    /// Per module id: the worker whose runtime holds the module (not a
+    /// task half), as of the last commit.
+    homes: Vec<Option<usize>>,
 }
 
 impl Pipeline {
@@ -103,6 +108,8 @@ impl Pipeline {
             threads: Vec::new(),
             sched_counters: Vec::new(),
             pauses: 0,
+            worker_pauses: Vec::new(),
+            homes: Vec::new(),
         };
         p.commit()?;
         Ok(p)
@@ -131,6 +138,12 @@ impl Pipeline {
         self.pauses
     }
 
+    /// How many times worker `w` was paused so far (every pause of the
+    /// whole pipeline, and those of it alone: commands on its modules).
+    pub fn worker_pauses(&self, w: usize) -> u64 {
+        self.worker_pauses.get(w).copied().unwrap_or(0)
+    }
+
     fn commit(&mut self) -> Result<(), PipelineError> {
         let plans = self.graph.commit()?;
         while self.sched_counters.len() < plans.len() {
@@ -147,7 +160,15 @@ impl Pipeline {
                         .with_counters(self.sched_counters[w].clone()),
                 }
             })
-            .collect();
+            .collect::<Vec<WorkerState>>();
+        self.homes = vec![None; self.graph.nodes.len()];
+        for (w, st) in states.iter().enumerate() {
+            for (id, slot) in st.runtime.slots.iter().enumerate() {
+                if slot.as_ref().is_some_and(|s| !s.is_half) {
+                    self.homes[id] = Some(w);
+                }
+            }
+        }
         self.parked = Some(states);
         Ok(())
     }
@@ -284,6 +305,7 @@ impl Pipeline {
             return Ok(());
         }
         self.pauses += 1;
+        self.count_pause(0..self.threads.len());
         for t in &self.threads {
             t.pause.store(PAUSE, Ordering::SeqCst);
         }
@@ -306,6 +328,15 @@ impl Pipeline {
         }
         self.parked = Some(states);
         Ok(())
+    }
+
+    fn count_pause(&mut self, workers: impl IntoIterator<Item = usize>) {
+        for w in workers {
+            if self.worker_pauses.len() <= w {
+                self.worker_pauses.resize(w + 1, 0);
+            }
+            self.worker_pauses[w] += 1;
+        }
     }
 
     /// Have every running worker publish the counters of the ports it
@@ -387,9 +418,10 @@ impl Pipeline {
     }
 
     /// Run module command `cmd` (BESS's ModuleCommand) on `module` with
-    /// its argument record, between two batches: a running pipeline
-    /// pauses (every worker finishes its round), the module runs the
-    /// command, and the workers resume. A failing command changes
+    /// its argument record, between two batches: on a running pipeline
+    /// the worker that holds the module finishes its round and stops
+    /// (the other workers run on), the module runs the command, and the
+    /// worker resumes with its ports as they were. A failing command changes
     /// nothing. The argument is a [`Value`](crate::args::Value) tree:
     /// a record (`Value::Map`) of integers, floats, strings, lists and
     /// nested records; a BESS `*CommandArg` message maps field by field
@@ -407,6 +439,40 @@ impl Pipeline {
             source,
         };
         let mut args = crate::args::Args::from_value("arg", arg).map_err(fail)?;
+        // Running: only the worker holding the module stops, between two
+        // of its rounds, keeping its ports; the others run on.
+        if let Some(w) = self
+            .homes
+            .get(id)
+            .copied()
+            .flatten()
+            .filter(|_| self.running)
+        {
+            let name = self.graph.workers[w].name.clone();
+            self.pauses += 1;
+            self.count_pause([w]);
+            let t = &self.threads[w];
+            t.pause.store(PAUSE, Ordering::SeqCst);
+            let mut st = t
+                .back
+                .recv()
+                .map_err(|_| PipelineError::WorkerLost(name.clone()))?;
+            let r = match st
+                .runtime
+                .slots
+                .get_mut(id)
+                .and_then(|s| s.as_mut())
+                .filter(|s| !s.is_half)
+            {
+                Some(s) => s.module.command(cmd, &mut args).map_err(fail),
+                None => Err(PipelineError::Graph(GraphError::NoModule(module.into()))),
+            };
+            t.pause.store(RUN, Ordering::SeqCst);
+            if t.cmd.send(st).is_err() {
+                return Err(PipelineError::WorkerLost(name));
+            }
+            return r;
+        }
         let was_running = self.running;
         self.pause()?;
         let in_slot = self.parked.as_mut().and_then(|states| {
@@ -643,6 +709,16 @@ impl PipelineStats {
     }
 }
 
+/// `12.35G`, `833.3k`, `950`.
+fn si(v: f64) -> String {
+    match v {
+        v if v >= 1e9 => format!("{:.3}G", v / 1e9),
+        v if v >= 1e6 => format!("{:.3}M", v / 1e6),
+        v if v >= 1e3 => format!("{:.3}k", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
 impl fmt::Display for PipelineStats {
     /// A `show pipeline`-style listing: edges, drops, classes, ports.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -683,8 +759,11 @@ impl fmt::Display for PipelineStats {
                 w.sched.busy_ns,
                 w.sched.idle_ns
             )?;
+            // The loop's busy plus idle time is all the time it ran:
+            // rates over it, and each class against its parent and limit.
+            let secs = (w.sched.busy_ns + w.sched.idle_ns) as f64 / 1e9;
             for c in &w.classes {
-                writeln!(
+                write!(
                     f,
                     "  tc {} ({}{}) count={} cpu_ns={} packets={} bits={} throttled={}",
                     c.name,
@@ -699,6 +778,34 @@ impl fmt::Display for PipelineStats {
                     c.bits,
                     c.throttled
                 )?;
+                if secs > 0.0 {
+                    write!(f, " rate={}bit/s", si(c.bits as f64 / secs))?;
+                }
+                let parent = c
+                    .parent
+                    .as_ref()
+                    .and_then(|p| w.classes.iter().find(|x| &x.name == p));
+                if let Some(p) = parent.filter(|p| p.bits > 0) {
+                    write!(f, " share={:.2}%", c.bits as f64 * 100.0 / p.bits as f64)?;
+                }
+                if let (Some((res, limit)), true) = (c.limit, secs > 0.0) {
+                    let used = match res {
+                        crate::sched::Resource::Bit => c.bits,
+                        crate::sched::Resource::Packet => c.packets,
+                        crate::sched::Resource::Count => c.count,
+                        crate::sched::Resource::Cycle => c.cycles,
+                    } as f64;
+                    let owed = limit as f64 * secs;
+                    write!(
+                        f,
+                        " limit={}{res}/s used={:.2}% tokens_lost={} (used+lost={:.2}%)",
+                        si(limit as f64),
+                        used * 100.0 / owed,
+                        c.tokens_lost,
+                        (used + c.tokens_lost as f64) * 100.0 / owed
+                    )?;
+                }
+                writeln!(f)?;
             }
         }
         for (name, s) in &self.ports {

@@ -34,12 +34,17 @@ struct Home {
     name: String,
     rx_queues: usize,
     tx_queues: usize,
+    /// Whether the port sends chained frames, and its largest frame.
+    tx_chains: bool,
+    max_frame: usize,
+    /// What the port does itself (fixed when it was opened).
+    caps: nfkit_port::Caps,
     /// Control path only: taken at commit, check-out and check-in.
     held: Mutex<Held>,
     /// Counters of the parts workers hold, as each worker last
     /// published them ([`PortTable::publish`]), by check-out id; an
     /// entry goes when its part comes home.
-    published: Mutex<Vec<(u64, QueueStats)>>,
+    published: Mutex<Vec<(u64, Vec<QueueStats>)>>,
 }
 
 /// Ids of check-outs (which published counters belong to which part).
@@ -53,8 +58,9 @@ enum Held {
     Parts(Vec<Option<Box<dyn Port>>>),
     /// Shared under a lock by several workers (the backend cannot split).
     Locked(Arc<Mutex<Box<dyn Port>>>),
-    /// A worker has the whole port; counters as of the check-out.
-    Out(QueueStats),
+    /// A worker has the whole port; per-queue counters as of the
+    /// check-out.
+    Out(Vec<QueueStats>),
 }
 
 /// Which way a module moves packets through a port.
@@ -120,6 +126,9 @@ impl SharedPort {
             name: name.to_string(),
             rx_queues: port.rx_queues(),
             tx_queues: port.tx_queues(),
+            tx_chains: port.tx_chains(),
+            max_frame: port.max_frame(),
+            caps: port.capabilities(),
             held: Mutex::new(Held::Whole(port)),
             published: Mutex::new(Vec::new()),
         }))
@@ -134,6 +143,18 @@ impl SharedPort {
     pub fn tx_queues(&self) -> usize {
         self.0.tx_queues
     }
+    /// Whether the port sends chained frames ([`Port::tx_chains`]).
+    pub fn tx_chains(&self) -> bool {
+        self.0.tx_chains
+    }
+    /// The largest frame the port carries ([`Port::max_frame`]).
+    pub fn max_frame(&self) -> usize {
+        self.0.max_frame
+    }
+    /// What the port does with offload state itself.
+    pub fn capabilities(&self) -> nfkit_port::Caps {
+        self.0.caps
+    }
 
     /// Whether `self` and `other` are the same port.
     pub fn same(&self, other: &SharedPort) -> bool {
@@ -147,27 +168,38 @@ impl SharedPort {
     ///
     /// [`Pipeline::publish_port_stats`]: crate::Pipeline::publish_port_stats
     pub fn stats(&self) -> QueueStats {
+        let mut s = QueueStats::default();
+        for q in self.queue_stats() {
+            s += q;
+        }
+        s
+    }
+
+    /// Counters of each queue (index: queue number, as many as the
+    /// port has receive or transmit queues), read as [`SharedPort::stats`]
+    /// reads them; their sum is [`SharedPort::stats`].
+    pub fn queue_stats(&self) -> Vec<QueueStats> {
+        let queues = self.0.rx_queues.max(self.0.tx_queues);
         let held = self.0.held.lock();
         let published = self.0.published.lock();
-        let mut away = QueueStats::default();
+        let mut away = vec![QueueStats::default(); queues];
         for (_, s) in published.iter() {
-            away += *s;
+            add_queues(&mut away, s);
         }
         match &*held {
-            Held::Whole(p) => p.stats(),
+            Held::Whole(p) => whole_queue_stats(&**p, queues),
             Held::Parts(parts) => {
-                let mut s = parts_stats(parts.iter().flatten());
-                s += away;
-                s
+                add_queues(&mut away, &parts_queue_stats(parts, queues));
+                away
             }
-            Held::Locked(p) => p.lock().stats(),
-            Held::Out(s) if published.is_empty() => *s,
+            Held::Locked(p) => whole_queue_stats(&**p.lock(), queues),
+            Held::Out(s) if published.is_empty() => s.clone(),
             Held::Out(_) => away,
         }
     }
 
     /// Record the counters of a part a worker holds (check-out `id`).
-    fn publish(&self, id: u64, stats: QueueStats) {
+    fn publish(&self, id: u64, stats: Vec<QueueStats>) {
         let mut published = self.0.published.lock();
         match published.iter_mut().find(|(i, _)| *i == id) {
             Some(e) => e.1 = stats,
@@ -212,8 +244,7 @@ impl SharedPort {
                         "the port's queues are polled by several workers and its backend \
                          cannot split them: the workers share it under a lock"
                     );
-                    let Held::Whole(p) =
-                        std::mem::replace(&mut *held, Held::Out(QueueStats::default()))
+                    let Held::Whole(p) = std::mem::replace(&mut *held, Held::Out(Vec::new()))
                     else {
                         return;
                     };
@@ -242,7 +273,7 @@ impl SharedPort {
                 Some(Slot::Parts(mine.into()))
             }
             (Held::Whole(p), _) => {
-                let stats = p.stats();
+                let stats = whole_queue_stats(&**p, self.0.rx_queues.max(self.0.tx_queues));
                 let Held::Whole(p) = std::mem::replace(&mut *held, Held::Out(stats)) else {
                     return None;
                 };
@@ -273,7 +304,7 @@ impl SharedPort {
                 if let Held::Locked(shared) = &*held {
                     if Arc::strong_count(shared) == 1 {
                         let Held::Locked(shared) =
-                            std::mem::replace(&mut *held, Held::Out(QueueStats::default()))
+                            std::mem::replace(&mut *held, Held::Out(Vec::new()))
                         else {
                             return;
                         };
@@ -304,12 +335,26 @@ impl SharedPort {
     }
 }
 
-fn parts_stats<'a>(parts: impl Iterator<Item = &'a Box<dyn Port>>) -> QueueStats {
-    let mut s = QueueStats::default();
-    for p in parts {
-        s += p.stats();
+/// Per-queue counters of a whole port.
+fn whole_queue_stats(p: &dyn Port, queues: usize) -> Vec<QueueStats> {
+    (0..queues).map(|q| p.queue_stats(q)).collect()
+}
+
+/// Per-queue counters of the parts present (part `q` counts queue `q`).
+fn parts_queue_stats(parts: &[Option<Box<dyn Port>>], queues: usize) -> Vec<QueueStats> {
+    let mut s = vec![QueueStats::default(); queues];
+    for (q, p) in parts.iter().enumerate() {
+        if let (Some(p), Some(e)) = (p, s.get_mut(q)) {
+            *e = p.queue_stats(q);
+        }
     }
     s
+}
+
+fn add_queues(to: &mut [QueueStats], from: &[QueueStats]) {
+    for (t, f) in to.iter_mut().zip(from) {
+        *t += *f;
+    }
 }
 
 impl fmt::Debug for SharedPort {
@@ -398,9 +443,10 @@ impl PortTable {
     /// (called by the worker between two rounds, when asked).
     pub(crate) fn publish(&mut self) {
         for (i, (port, _)) in self.plan.iter().enumerate() {
+            let queues = port.rx_queues().max(port.tx_queues());
             let stats = match &self.slots[i] {
-                Slot::Whole(p) => p.stats(),
-                Slot::Parts(parts) => parts_stats(parts.iter().flatten()),
+                Slot::Whole(p) => whole_queue_stats(&**p, queues),
+                Slot::Parts(parts) => parts_queue_stats(parts, queues),
                 // Live through the lock; nothing held here.
                 Slot::Locked(_) | Slot::Empty => continue,
             };

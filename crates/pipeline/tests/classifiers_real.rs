@@ -173,3 +173,154 @@ l2:1 -> outa
     assert!(arp.sent() >= 2, "ArpResponder answered: {arp:?}");
     eprintln!("{stats}");
 }
+
+/// (UDP source port, the gate mark in the source MAC's last byte) of
+/// every UDP frame in a pcap file tcpdump wrote.
+fn marks(pcap: &std::path::Path) -> Vec<(u16, u8)> {
+    let d = std::fs::read(pcap).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= d.len() {
+        let caplen = u32::from_le_bytes(d[at + 8..at + 12].try_into().unwrap()) as usize;
+        let f = &d[at + 16..(at + 16 + caplen).min(d.len())];
+        if f.len() >= 38 && f[12..14] == [8, 0] && f[23] == 17 {
+            out.push((u16::from_be_bytes([f[34], f[35]]), f[11]));
+        }
+        at += 16 + caplen;
+    }
+    out
+}
+
+#[test]
+fn steering_and_adaptive_balancing_of_real_flows() {
+    // ns a sends 48 UDP flows to b through nfkit: FlowDirector sends the
+    // flows it has entries for to gate 1 (marked 9), the rest to
+    // AdaptiveLB over gates 0-3 (marked with the gate). Flows stay on
+    // their gate; removing gate 1 moves only the flows it had.
+    require_root!();
+    require_tool!("tcpdump");
+    require_tool!("python3");
+    let net = TwoHosts::new().unwrap();
+    let (a, b) = (&net.a, &net.b);
+    let mac_b = mac_of(&b.ns, &b.dev);
+    a.ns.run(&[
+        "ip", "neigh", "replace", &b.ip, "lladdr", &mac_b, "dev", &a.dev,
+    ])
+    .unwrap();
+    let mut src = format!(
+        r#"
+port pa = "afpacket:{ha}"
+port pb = "afpacket:{hb}"
+out::PortOut(port=pb)
+PortInc(port=pa) -> fd::FlowDirector(gates=2, default_gate=0)
+fd:1 -> Update(offset=[11], size=[1], value=[9]) -> out
+fd:0 -> lb::AdaptiveLB(gates=[0, 1, 2, 3])
+"#,
+        ha = a.host_end,
+        hb = b.host_end,
+    );
+    for g in 0..4 {
+        src += &format!("lb:{g} -> Update(offset=[11], size=[1], value=[{g}]) -> out\n");
+    }
+    for sport in [40000, 40001, 40002, 40003] {
+        src += &format!(
+            "fd.add(src_ip=\"{}\", dst_ip=\"{}\", proto=17, src_port={sport}, dst_port=9, gate=1)\n",
+            a.ip, b.ip
+        );
+    }
+    let mut p = parse(&src, "steer.nfk")
+        .unwrap()
+        .build(&|s| nfkit_port::open(&s.parse::<PortSpec>().unwrap(), &OpenOptions::default()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    p.start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let send = |round: usize| {
+        let script = format!(
+            "import socket, time\n\
+             for r in range(3):\n\
+             \x20   for port in range(40000, 40048):\n\
+             \x20       s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             \x20       s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             \x20       s.bind(('{}', port))\n\
+             \x20       s.sendto(b'round {round}', ('{}', 9))\n\
+             \x20       s.close()\n\
+             \x20   time.sleep(0.05)\n",
+            a.ip, b.ip
+        );
+        a.ns.run(&["python3", "-c", &script]).unwrap();
+    };
+    // One capture per phase: (source port -> marks seen).
+    let phase = |name: &str, round: usize| -> std::collections::BTreeMap<u16, Vec<u8>> {
+        let file = dir.path().join(name);
+        let f = file.to_str().unwrap();
+        let cap =
+            b.ns.spawn(&[
+                "tcpdump",
+                "-i",
+                &b.dev,
+                "-U",
+                "-n",
+                "-w",
+                f,
+                "udp and dst port 9",
+            ])
+            .unwrap();
+        let t = std::time::Instant::now();
+        while !file.exists() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // tcpdump creates the file before it captures.
+        std::thread::sleep(Duration::from_millis(1000));
+        send(round);
+        std::thread::sleep(Duration::from_millis(500));
+        drop(cap);
+        let mut seen = std::collections::BTreeMap::new();
+        for (port, mark) in marks(&file) {
+            seen.entry(port).or_insert_with(Vec::new).push(mark);
+        }
+        seen
+    };
+    let one = phase("one.pcap", 1);
+    assert_eq!(one.len(), 48, "every flow arrived: {one:?}");
+    let mut gate_of = std::collections::BTreeMap::new();
+    for (port, m) in &one {
+        assert!(
+            m.iter().all(|x| *x == m[0]),
+            "flow {port} changed gate: {m:?}"
+        );
+        gate_of.insert(*port, m[0]);
+    }
+    for port in 40000..40004 {
+        assert_eq!(gate_of[&port], 9, "flow {port} has a FlowDirector entry");
+    }
+    let mut per_gate = [0; 4];
+    for port in 40004..40048u16 {
+        per_gate[gate_of[&port] as usize] += 1;
+    }
+    assert!(
+        per_gate.iter().all(|&n| n > 0),
+        "AdaptiveLB used every gate: {per_gate:?}"
+    );
+
+    command(&mut p, "lb", "set_gates", "gates=[0, 2, 3]");
+    let two = phase("two.pcap", 2);
+    assert_eq!(two.len(), 48, "every flow arrived: {two:?}");
+    for (port, m) in &two {
+        let was = gate_of[port];
+        assert!(m.iter().all(|x| *x == m[0]), "flow {port} flapped: {m:?}");
+        if was == 1 {
+            assert_ne!(m[0], 1, "flow {port} still on the removed gate");
+        } else {
+            assert_eq!(m[0], was, "flow {port} moved from gate {was}");
+        }
+    }
+    let s = p.shutdown().unwrap();
+    let lb = s.module("lb").unwrap();
+    let moved = lb.extra.iter().find(|e| e.0 == "moved").unwrap().1;
+    // (Plus, at most, the one flow of a's non-IPv4 frames.)
+    assert!(
+        (per_gate[1]..=per_gate[1] + 1).contains(&moved),
+        "only gate 1's {} flows were placed again, not {moved}",
+        per_gate[1]
+    );
+}

@@ -261,7 +261,7 @@ fn port_out_drops_offload_state_that_does_not_fit() {
     let out = h.process(&mut *m, 0, batch);
     drop(out);
     assert_eq!(wire.lock().tx[0], vec![f]);
-    assert_eq!(m.extra_stats(), vec![("bad_offload", 2)]);
+    assert_eq!(m.extra_stats(), vec![("bad_offload", 2), ("too_large", 0)]);
 }
 
 fn arb_inner() -> impl Strategy<Value = Vec<u8>> {
@@ -344,4 +344,63 @@ proptest! {
         let back = run_chain(&inner, &chain);
         prop_assert_eq!(back, vec![inner; 4]);
     }
+}
+
+/// A port that fills in TCP/UDP checksums itself gets those requests
+/// (the field holding the pseudo-header sum, as Linux and VirtIO want);
+/// PortOut does only the IPv4 checksum it cannot, and a packet without
+/// state passes untouched.
+#[test]
+fn port_out_leaves_to_the_port_what_it_can_do() {
+    use nfkit_hw::pool::offload::{self as ol, cap, Caps};
+    let mut h = Harness::new();
+    let f = inner_frame(true, 7, b"the port's to finish");
+    let mut asked = f.clone();
+    asked[24..26].fill(0); // IPv4 checksum to do
+    asked[50..52].fill(0x55); // TCP checksum: junk the port overwrites
+    let mut p = h.packet(&asked);
+    let mut o = nfkit_packet::offload_meta::describe(&f).unwrap();
+    o.flags = ol::IP_CSUM | ol::L4_CSUM;
+    p.set_offload(o);
+    let port = MemPort::new("out", 1);
+    let wire = port.wire.clone();
+    wire.lock().caps = Caps::new(cap::TX_L4_CSUM, 1518);
+    let env = BuildEnv {
+        ports: [(
+            "out".to_string(),
+            nfkit_pipeline::ports::SharedPort::new(Box::new(port)),
+        )]
+        .into_iter()
+        .collect(),
+        pool: h.pool().clone(),
+    };
+    let mut a: Args = parse("x::Sink()\nx.c(port=out)", "t").unwrap().commands[0]
+        .args
+        .clone();
+    let mut m = Registry::default().build("PortOut", &mut a, &env).unwrap();
+    let mut batch = nfkit_hw::Batch::new();
+    assert!(batch.push(p).is_none());
+    assert!(batch.push(h.packet(&f)).is_none());
+    drop(h.process(&mut *m, 0, batch));
+    let w = wire.lock();
+    let (sent, state) = (&w.tx[0], &w.tx_offload);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        &sent[0][24..26],
+        &f[24..26],
+        "IPv4 checksum done in software"
+    );
+    let pseudo = nfkit_packet::checksum::Sum::ZERO
+        .add_bytes(&f[26..34])
+        .add_u16(6)
+        .add_u16((f.len() - 34) as u16)
+        .fold();
+    assert_eq!(
+        &sent[0][50..52],
+        &pseudo.to_be_bytes(),
+        "seeded for the port"
+    );
+    assert_eq!(state[0].map(|o| o.flags), Some(ol::L4_CSUM));
+    assert_eq!((&sent[1], state[1]), (&f, None));
+    assert_eq!(m.extra_stats(), vec![("bad_offload", 0), ("too_large", 0)]);
 }

@@ -406,3 +406,242 @@ fn softnic_fig4_example_keeps_its_shares_and_limits_within_one_percent() {
         );
     }
 }
+
+// Real time (the scheduler's RealClock, wall time). What is asserted
+// holds on any machine, loaded or not: a late worker (preempted, or a
+// slow debug build) makes a rate fall short only by what the limiter
+// counts in `tokens_lost`, so sent + lost matches rate × time within the
+// issue's tolerance (0.1%) over windows long against the burst; and
+// nothing is ever sent above its rate beyond one burst.
+
+#[test]
+fn a_thousand_flows_in_real_time_send_their_rate_less_only_counted_losses() {
+    use nfkit_pipeline::sched::RealClock;
+    let flows = 1000;
+    // 64-byte frames, flow i at 6 kbit/s x weight(i): 11.7 to 129 pps,
+    // 36 Mbit/s (70 kpps) in all.
+    let base = 6_000;
+    let burst_us = 2_000;
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "flows", 40_000, 2048).unwrap();
+    // 32 queued a flow: a flow catches up after a stall of 250 ms
+    // without running dry (credit lost while dry would not be counted).
+    let mut schedule = Vec::new();
+    for i in 0..flows {
+        schedule.extend(std::iter::repeat_n(i as u16, weight(i) as usize));
+    }
+    let seen = Arc::new(Mutex::new(vec![FlowSeen::default(); flows]));
+    let mut g = Graph::new();
+    g.add_worker("w0", None).unwrap();
+    g.add_module(
+        "src",
+        // No class of its own: as fast as the worker runs it, so every
+        // flow queue stays full (the excess is counted in queue_full).
+        Box::new(FlowSource {
+            pool,
+            schedule,
+            next: 0,
+        }),
+    )
+    .unwrap();
+    let reg = nfkit_pipeline::modules::Registry::default();
+    let env = nfkit_pipeline::modules::BuildEnv {
+        ports: Default::default(),
+        pool: Mempool::new(&*SimDma::new(), "env", 64, 2048).unwrap(),
+    };
+    let mut rl = reg
+        .build(
+            "RateLimit",
+            &mut Args::from_pairs(&[
+                (
+                    "fields",
+                    Value::List(vec![Value::Map(vec![
+                        ("offset".into(), Value::Int(14)),
+                        ("num_bytes".into(), Value::Int(2)),
+                    ])]),
+                ),
+                ("queue", Value::Int(32)),
+                ("max_burst_us", Value::Int(burst_us)),
+            ]),
+            &env,
+        )
+        .unwrap();
+    for i in 0..flows {
+        let mut a = Args::from_pairs(&[
+            ("rate", Value::Int(base * weight(i))),
+            ("values", Value::List(vec![Value::Int(i as u64)])),
+        ]);
+        rl.command("set_rate", &mut a).unwrap();
+    }
+    g.add_module("rl", rl).unwrap();
+    g.add_module(
+        "out",
+        Box::new(Recorder {
+            from_ns: 0,
+            seen: seen.clone(),
+        }),
+    )
+    .unwrap();
+    g.connect("src", 0, "rl", 0).unwrap();
+    g.connect("rl", 0, "out", 0).unwrap();
+    let started = std::time::Instant::now();
+    let mut p = Pipeline::new(g, Arc::new(RealClock::default())).unwrap();
+    p.start().unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let stats = p.shutdown().unwrap();
+    let wall = started.elapsed().as_nanos() as f64;
+    let lost = stats
+        .module("rl")
+        .unwrap()
+        .extra
+        .iter()
+        .find(|e| e.0 == "tokens_lost")
+        .unwrap()
+        .1 as f64;
+    let seen = seen.lock().unwrap().clone();
+    // Per flow, the shaper's own time line: its k-th packet is due at
+    // first + (k-1)/rate + (credit lost)/rate, and leaves between its
+    // due time and max_burst after it. So (n-1)*bits + lost is
+    // rate*(last-first) to within rate*max_burst.
+    let (mut sent, mut owed, mut worst_fast, mut worst) = (0.0, 0.0, 0.0f64, 1.0f64);
+    let slack = burst_us as f64 * 1e3;
+    for (i, s) in seen.iter().enumerate() {
+        let rate = (base * weight(i)) as f64;
+        assert!(s.n >= 20, "flow {i} sent {} packets", s.n);
+        let span = (s.last - s.first) as f64;
+        assert!(span <= wall, "the clock runs at wall time");
+        let bits = (s.n - 1) as f64 * BITS as f64;
+        sent += bits;
+        owed += rate * span / 1e9;
+        // Never above the rate beyond one burst (anywhere, any load).
+        let over = bits / (rate * (span + slack) / 1e9);
+        worst_fast = worst_fast.max(over);
+        worst = worst.min(bits / (rate * span / 1e9));
+    }
+    let accuracy = (sent + lost) / owed;
+    eprintln!(
+        "real time, {flows} flows: (sent + lost) / (rate x time) = {accuracy:.5}, \
+         tokens lost {lost} bits ({:.3}% of the owed), worst flow {worst:.5} of its rate, \
+         fastest {worst_fast:.5} of rate x (span + burst)",
+        lost / owed * 100.0
+    );
+    assert!(
+        worst_fast <= 1.0 + 1e-9,
+        "a flow ran above its rate: {worst_fast}"
+    );
+    // Each flow's error is within rate * burst over a 4 s span (0.05%),
+    // plus a packet at each end for the sink's first and last stamps.
+    assert!((accuracy - 1.0).abs() <= 0.001, "accuracy {accuracy}");
+    if lost == 0.0 {
+        // No flow fell behind beyond the burst: each is within the
+        // issue's 0.999 on its own.
+        assert!(worst >= 0.999, "worst flow {worst}");
+    }
+    assert!(stats.module("rl").unwrap().balanced());
+}
+
+#[test]
+fn a_class_rate_limit_in_real_time_runs_at_its_limit_less_counted_losses() {
+    use nfkit_pipeline::sched::RealClock;
+    // Source in a class limited to 20 kpps, bucket of 8 packets, bursts of 8.
+    let src = "gen::Source(size=60, burst=8) -> out::Sink()\n\
+               tc lim = rate_limit(resource=packet, limit=20k, max_burst=8)\n\
+               gen.attach(tc=lim)\n";
+    let mut p = parse(src, "t.nfk")
+        .unwrap()
+        .build_with(
+            &|_| unreachable!(),
+            BuildOptions {
+                clock: Arc::new(RealClock::default()),
+                ..BuildOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let clock = RealClock::default();
+    let class = |p: &Pipeline| {
+        let s = p.stats();
+        let c = s.workers[0]
+            .classes
+            .iter()
+            .find(|c| c.name == "lim")
+            .unwrap()
+            .clone();
+        (c.packets as f64, c.tokens_lost as f64)
+    };
+    p.start().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (t0, (n0, l0)) = (clock.now_ns(), class(&p));
+    std::thread::sleep(Duration::from_secs(4));
+    let (t1, (n1, l1)) = (clock.now_ns(), class(&p));
+    p.shutdown().unwrap();
+    let owed = 20_000.0 * (t1 - t0) as f64 / 1e9;
+    let (sent, lost) = (n1 - n0, l1 - l0);
+    let accuracy = (sent + lost) / owed;
+    eprintln!(
+        "real time, class at 20 kpps: sent {sent}, lost {lost}, (sent + lost) / (limit x time) = {accuracy:.5}"
+    );
+    // The bucket holds -8..8 packets at either reading and the counters
+    // move a run (8 packets) at a time: 32 of 80,000 at most.
+    assert!(sent <= owed + 32.0, "above the limit: {sent} of {owed}");
+    assert!((accuracy - 1.0).abs() <= 0.001, "accuracy {accuracy}");
+}
+
+#[test]
+fn softnic_fig4_in_real_time_reports_shares_and_limits_within_one_percent() {
+    // What `nfkit run examples/softnic_fig4.nfk` prints, on the real
+    // clock. A machine too slow for 10 Gbit/s of 1,500-byte frames (a
+    // debug build, a loaded box) leaves the link short of its limit;
+    // the report says so in tokens_lost, and used + lost is the limit.
+    let path = format!("{}/examples/softnic_fig4.nfk", env!("CARGO_MANIFEST_DIR"));
+    let mut p = nfkit_pipeline::load(&path)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .build_with(
+            &|_| unreachable!(),
+            BuildOptions {
+                clock: Arc::new(nfkit_pipeline::sched::RealClock::default()),
+                ..BuildOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stats = p.run_until(&stop, Some(Duration::from_secs(3))).unwrap();
+    p.shutdown().unwrap();
+    let report = stats.to_string();
+    eprintln!("{report}");
+    let w = &stats.workers[0];
+    let secs = (w.sched.busy_ns + w.sched.idle_ns) as f64 / 1e9;
+    let class = |n: &str| w.classes.iter().find(|c| c.name == n).unwrap();
+    let share = |n: &str, of: &str| class(n).bits as f64 / class(of).bits as f64;
+    for vm in ["vm1", "vm2"] {
+        let s = share(vm, "vms");
+        assert!(
+            (s - 0.5).abs() <= 0.005,
+            "{vm} has {s} of the link\n{report}"
+        );
+    }
+    for (c, gbps) in [
+        ("link", 10.0),
+        ("vm1", 5.0),
+        ("vm2", 5.0),
+        ("c1", 1.0),
+        ("c3", 1.0),
+    ] {
+        let t = class(c);
+        let owed = gbps * 1e9 * secs;
+        let used = t.bits as f64 / owed;
+        let with_lost = (t.bits + t.tokens_lost) as f64 / owed;
+        assert!(used <= 1.01, "{c} above its limit: {used}\n{report}");
+        assert!(
+            (with_lost - 1.0).abs() <= 0.01,
+            "{c}: used + lost = {with_lost}\n{report}"
+        );
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&format!("  tc {c} (rate_limit")))
+            .unwrap();
+        assert!(
+            line.contains(" limit=") && line.contains("used+lost="),
+            "{line}"
+        );
+    }
+}

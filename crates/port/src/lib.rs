@@ -57,7 +57,44 @@ pub use model::Model;
 pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
 pub use spec::{PortSpec, SpecError};
 
+pub use nfkit_hw::pool::offload::{cap, Caps};
 pub use nfkit_hw::{Batch, Mempool, PktBuf};
+
+/// The start-up line that states how large a frame `port` carries.
+pub fn frame_line(port: &dyn Port) -> String {
+    format!(
+        "port {}: frames up to {} bytes{}",
+        port.name(),
+        port.max_frame(),
+        if port.max_frame() > port.pool().data_room() {
+            " (chained buffers past one buffer)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Make a batch ready for a port with `caps` ([`Port::capabilities`]):
+/// each packet's offload state is done in software where the port
+/// cannot do it, and left to the port where it can
+/// (`nfkit_packet::offload_meta::finish_for`). Packets whose state does
+/// not fit them, or that ask for segmentation the port cannot do, are
+/// dropped; returns how many (the caller counts them). A batch without
+/// offload state costs one OR per packet.
+#[inline]
+pub fn prepare_tx(batch: &mut Batch, caps: Caps) -> u64 {
+    if !batch.any_offload() {
+        return 0;
+    }
+    let before = batch.len();
+    batch.retain(|p| nfkit_packet::offload_meta::finish_for(p, caps).is_ok());
+    (before - batch.len()) as u64
+}
+
+/// The start-up line of a port: its name and what it does itself.
+pub fn capability_line(port: &dyn Port) -> String {
+    format!("port `{}`: offloads: {}", port.name(), port.capabilities())
+}
 
 /// Per-queue counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +202,26 @@ pub trait Port: Send {
         }
     }
     fn mac(&self) -> [u8; 6];
+    /// Largest frame the port receives and sends, in bytes (Ethernet
+    /// header included, no FCS). Larger frames are dropped and counted.
+    /// The default: what one buffer of its pool holds.
+    fn max_frame(&self) -> usize {
+        self.pool().data_room()
+    }
+    /// Whether `tx_batch` takes chained frames (up to [`Self::max_frame`]).
+    /// Loops drop chained frames meant for a port that does not, counted
+    /// as too large for it ([`queue::LoopStats::too_large`]).
+    fn tx_chains(&self) -> bool {
+        false
+    }
+    /// What the port does with offload state itself, in hardware or
+    /// through its kernel interface ([`Caps`]): transmit requests it
+    /// carries out (software does the rest before `tx_batch`:
+    /// [`prepare_tx`]) and the receive state its packets may carry. The
+    /// default: nothing, software does everything.
+    fn capabilities(&self) -> Caps {
+        Caps::NONE
+    }
     /// The pool this port's received buffers come from (generators
     /// allocate from it too).
     fn pool(&self) -> &Mempool;

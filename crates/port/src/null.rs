@@ -52,20 +52,10 @@ pub struct NullPort {
 impl NullPort {
     pub fn open(name: &str, spec: &NullSpec, opts: &OpenOptions) -> Result<NullPort, PortError> {
         let pool = software_pool(name, opts.pool_buffers)?;
-        if let Some(size) = spec.size {
-            if size > pool.data_room() {
-                return Err(PortError::config(
-                    name,
-                    format!(
-                        "size={size} is larger than a buffer ({} bytes)",
-                        pool.data_room()
-                    ),
-                ));
-            }
-        }
         let frames = spec.size.map(|size| Frames {
             template: udp_template(size),
-            copy: spec.copy,
+            // A frame larger than a buffer is a chain, written each time.
+            copy: spec.copy || size > pool.data_room(),
         });
         if let Some(f) = frames.as_ref().filter(|f| !f.copy) {
             fill_pool(&pool, &f.template);
@@ -138,6 +128,16 @@ impl Port for NullPort {
         let want = batch.room().min(BURST);
         let mut n = 0;
         while n < want {
+            if len > self.pool.data_room() {
+                // A jumbo source: a chain per frame. No buffer is
+                // back-pressure, as below.
+                let Ok(b) = self.pool.alloc_frame(&f.template) else {
+                    break;
+                };
+                let _ = batch.push(b);
+                n += 1;
+                continue;
+            }
             let Some(mut b) = self.cache.alloc() else {
                 // Every buffer is in flight: a source cannot drop what it
                 // never made, so this is back-pressure, not a loss.
@@ -160,7 +160,7 @@ impl Port for NullPort {
 
     fn tx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
         let n = batch.len();
-        let bytes: usize = batch.iter().map(|b| b.len()).sum();
+        let bytes: usize = batch.iter().map(|b| b.pkt_len()).sum();
         self.cache.free_batch(batch);
         self.stats.tx_packets += n as u64;
         self.stats.tx_bytes += bytes as u64;
@@ -181,6 +181,14 @@ impl Port for NullPort {
 
     fn pool(&self) -> &Mempool {
         &self.pool
+    }
+
+    fn max_frame(&self) -> usize {
+        nfkit_hw::MAX_FRAME
+    }
+
+    fn tx_chains(&self) -> bool {
+        true
     }
 
     fn rx_done(&self) -> bool {

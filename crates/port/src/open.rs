@@ -70,8 +70,17 @@ impl<G: Send> Port for Guarded<G> {
     fn link(&self) -> crate::LinkStatus {
         self.port.link()
     }
+    fn max_frame(&self) -> usize {
+        self.port.max_frame()
+    }
+    fn tx_chains(&self) -> bool {
+        self.port.tx_chains()
+    }
     fn mac(&self) -> [u8; 6] {
         self.port.mac()
+    }
+    fn capabilities(&self) -> crate::Caps {
+        self.port.capabilities()
     }
     fn pool(&self) -> &Mempool {
         self.port.pool()
@@ -166,12 +175,13 @@ impl Registry {
     }
 
     pub fn open(&self, spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortError> {
-        for o in &self.openers {
-            if let Some(r) = o.open(spec, opts) {
-                return r;
-            }
-        }
-        open(spec, opts)
+        let port = self
+            .openers
+            .iter()
+            .find_map(|o| o.open(spec, opts))
+            .unwrap_or_else(|| open(spec, opts))?;
+        tracing::info!("{}", crate::frame_line(&*port));
+        Ok(port)
     }
 
     /// Parse and open.

@@ -32,6 +32,10 @@ pub struct LoopStats {
     /// Refused by the transmit ring, no buffer for a copy, or a length
     /// larger than the buffer.
     pub dropped: Vec<u64>,
+    /// Of `dropped`: frames larger than the output port carries (a
+    /// chained frame for a port that takes only one buffer per frame, or
+    /// one past its [`Port::max_frame`]).
+    pub too_large: Vec<u64>,
     /// Verdicts naming a port the loop does not have (sent nowhere; the
     /// queue loop counts these, agent handlers count them in
     /// `nfkit_nf::adapt::AgentNf::unrouted`).
@@ -47,6 +51,7 @@ impl LoopStats {
             requested: vec![0; ports],
             sent: vec![0; ports],
             dropped: vec![0; ports],
+            too_large: vec![0; ports],
             unrouted: 0,
         }
     }
@@ -150,6 +155,26 @@ impl Outputs {
                 continue;
             }
             let txq = q % port.tx_queues().max(1);
+            // One OR per packet for both marks.
+            let marks = out.marks();
+            if marks.any() {
+                if marks.chained() {
+                    let n = drop_too_large(out, &**port);
+                    if n > 0 {
+                        port.tx_refused(txq, n);
+                        self.stats.dropped[o] += n;
+                        self.stats.too_large[o] += n;
+                    }
+                }
+                // Offload state the port cannot carry out is done here, in
+                // software; what cannot be done at all is dropped.
+                if marks.offload() {
+                    self.stats.dropped[o] += crate::prepare_tx(out, port.capabilities());
+                }
+                if out.is_empty() {
+                    continue;
+                }
+            }
             self.stats.sent[o] += port.tx_batch(txq, out) as u64;
             if !out.is_empty() {
                 let left = out.len() as u64;
@@ -159,6 +184,26 @@ impl Outputs {
             }
         }
     }
+}
+
+/// Drop the frames of `out` that `port` cannot carry (chained ones when
+/// it takes no chains, any past its maximum frame); returns how many.
+#[cold]
+#[inline(never)]
+pub fn drop_too_large<P: Port + ?Sized>(out: &mut Batch, port: &P) -> u64 {
+    let (chains, max) = (port.tx_chains(), port.max_frame());
+    let before = out.len();
+    out.retain(|p| !p.is_chained() || (chains && p.pkt_len() <= max));
+    let n = (before - out.len()) as u64;
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if n > 0 && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            port = port.name(),
+            max,
+            "{n} frame(s) larger than the port carries dropped (counted in tx_dropped)"
+        );
+    }
+    n
 }
 
 /// The loop's buffers and counters (made once, here).

@@ -158,6 +158,55 @@ pub fn tun_set_iff(fd: BorrowedFd<'_>, name: &str, flags: libc::c_short) -> io::
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// `SIOCETHTOOL` (linux/sockios.h).
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+
+/// One `ETHTOOL_G*` command that answers with a `struct ethtool_value`
+/// (`ETHTOOL_GTXCSUM`, `ETHTOOL_GTSO`, ...) on interface `ifname` of
+/// this network namespace.
+pub fn ethtool_value(ifname: &str, cmd: u32) -> io::Result<u32> {
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let fd = socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)?;
+    let mut v = EthtoolValue { cmd, data: 0 };
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut ifr: libc::ifreq = unsafe { zeroed() };
+    if ifname.len() >= ifr.ifr_name.len() {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *d = s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
+    // SAFETY: SIOCETHTOOL reads the ifreq and, for these commands, reads
+    // and writes the one `ethtool_value` its data pointer names, which
+    // lives until the call returns.
+    check(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            SIOCETHTOOL as _,
+            &mut ifr as *mut libc::ifreq,
+        )
+    })?;
+    Ok(v.data)
+}
+
+/// `TUNSETOFFLOAD` (linux/if_tun.h: `_IOW('T', 208, unsigned int)`).
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+
+/// Tell the kernel which offloads a TAP's reader takes (`TUN_F_*`): it
+/// then sends frames needing them (with `TUN_F_CSUM`, partial checksums
+/// flagged in the `virtio_net_hdr`).
+pub fn tun_set_offload(fd: BorrowedFd<'_>, flags: libc::c_uint) -> io::Result<()> {
+    // SAFETY: TUNSETOFFLOAD takes its argument by value; no memory is
+    // passed.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETOFFLOAD as _, flags as libc::c_ulong) })?;
+    Ok(())
+}
+
 /// `send(fd, NULL, 0, MSG_DONTWAIT)`: the kick that makes the kernel walk
 /// a TX ring (AF_XDP, PACKET_TX_RING).
 pub fn kick_tx(fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -291,9 +340,11 @@ pub fn bpf_prog_load_xdp(
     name: &str,
     insns: &[u64],
     license: &std::ffi::CStr,
+    prog_flags: u32,
 ) -> io::Result<OwnedFd> {
     let mut log = vec![0u8; 64 * 1024];
     let r = Attr::new()
+        .u32(44, prog_flags)
         .u32(0, bpf_abi::PROG_TYPE_XDP)
         .u32(4, insns.len() as u32)
         .u64(8, insns.as_ptr() as u64)
@@ -357,4 +408,30 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usi
         return Err(e);
     }
     Ok(r as usize)
+}
+
+/// `sendmsg(2)` of one datagram gathered from `parts`, without blocking
+/// (a packet socket sends it on its bound interface; a frame larger
+/// than its TX ring's slots goes this way).
+pub fn send_parts(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
+    let mut iov: Vec<libc::iovec> = parts
+        .iter()
+        .map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        })
+        .collect();
+    // SAFETY: zeroed msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` points at `iov`, whose entries point at `parts`,
+    // all readable for their lengths during the call; the kernel only
+    // reads them.
+    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
 }

@@ -11,24 +11,47 @@
 //!
 //! The interface exists while the port is open and starts down; bring it
 //! up (and address it, move it to a namespace...) with `ip link`. One
-//! frame per `read`/`write` system call.
+//! frame per `read`/`write` system call; a frame larger than a buffer
+//! (jumbo MTU, up to [`MAX_FRAME`]) is read into a buffer and a spill
+//! area and becomes a chain (its partial checksum completed in software
+//! first), and a chain is written with one `writev`.
+//!
+//! The interface is made with `IFF_VNET_HDR`, and nfkit tells the kernel
+//! it takes partial checksums (`TUNSETOFFLOAD` with `TUN_F_CSUM`, as
+//! QEMU does for a guest that has VirtIO's CSUM): a `virtio_net_hdr`
+//! goes before every frame, each way. Received, its checksum flags
+//! become the packet's offload metadata (`L4_CSUM` for a partial
+//! checksum, `L4_CSUM_GOOD` for a verified one); sent, a packet's
+//! `L4_CSUM` request becomes NEEDS_CSUM and the kernel fills it in.
+//! Segmentation is not taken (a buffer holds one frame).
 
 use crate::open::{software_pool, OpenOptions};
 use crate::spec::TapSpec;
 use crate::{netdev, sys, Batch, LinkStatus, Mempool, Port, PortError, QueueStats};
+use nfkit_hw::pool::offload::{self as ol, cap, Caps};
 use nfkit_hw::PoolCache;
+use nfkit_packet::offload_meta::{self, VNET_HDR_LEN};
 use std::fs::File;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 
-/// `IFF_MULTI_QUEUE` (linux/if_tun.h).
+/// `IFF_MULTI_QUEUE`, `IFF_VNET_HDR`, `TUN_F_CSUM` (linux/if_tun.h).
 const IFF_MULTI_QUEUE: libc::c_int = 0x0100;
+const IFF_VNET_HDR: libc::c_int = 0x4000;
+const TUN_F_CSUM: libc::c_uint = 0x01;
 
 struct TapQueue {
     file: File,
     stats: QueueStats,
+    /// Where a read puts the part of a frame past its first buffer (a
+    /// jumbo frame), one byte more than the largest so a cut is seen.
+    spill: Vec<u8>,
 }
+
+/// Largest frame through a TAP port: an MTU of 65,535 with its Ethernet
+/// header and one 802.1Q tag.
+pub const MAX_FRAME: usize = 65_535 + 14 + 4;
 
 pub struct TapPort {
     name: String,
@@ -46,7 +69,7 @@ pub struct TapPort {
 
 impl TapPort {
     pub fn open(name: &str, spec: &TapSpec, opts: &OpenOptions) -> Result<TapPort, PortError> {
-        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI;
+        let mut flags = libc::IFF_TAP | libc::IFF_NO_PI | IFF_VNET_HDR;
         if spec.queues > 1 {
             flags |= IFF_MULTI_QUEUE;
         }
@@ -59,6 +82,7 @@ impl TapPort {
             queues.push(TapQueue {
                 file,
                 stats: QueueStats::default(),
+                spill: vec![0; MAX_FRAME + 1],
             });
         }
         let pool = software_pool(name, opts.pool_buffers)?;
@@ -77,6 +101,29 @@ impl TapPort {
     /// The kernel's name of the interface.
     pub fn ifname(&self) -> &str {
         &self.ifname
+    }
+}
+
+/// The checksum state the kernel's `virtio_net_hdr` gives a received
+/// frame, as offload metadata; a partial checksum at a place nfkit's
+/// parser does not find a TCP/UDP header is completed here instead.
+fn take_vnet_hdr(hdr: &[u8; VNET_HDR_LEN], b: &mut nfkit_hw::PktBuf) {
+    if hdr[0] == 0 {
+        return;
+    }
+    match offload_meta::from_virtio_net_hdr(hdr, b.data()) {
+        Ok(Some(mut o)) => {
+            // Segmentation was not offered: a frame asking for it is
+            // described as it is and dropped at the port that sends it.
+            o.flags &= ol::L4_CSUM | ol::L4_CSUM_GOOD;
+            b.set_offload(o);
+        }
+        Ok(None) => {}
+        Err(_) if hdr[0] & offload_meta::VNET_F_NEEDS_CSUM != 0 => {
+            let rd = |at: usize| usize::from(u16::from_le_bytes([hdr[at], hdr[at + 1]]));
+            nfkit_packet::offload::complete_partial(b.data_mut(), rd(6), rd(8));
+        }
+        Err(_) => {}
     }
 }
 
@@ -107,6 +154,8 @@ fn open_queue(port: &str, ifname: &str, flags: libc::c_short) -> Result<(File, S
         };
         PortError::os(port, format!("cannot create TAP interface `{ifname}`{fix}"), e)
     })?;
+    sys::tun_set_offload(file.as_fd(), TUN_F_CSUM)
+        .map_err(|e| PortError::os(port, "cannot set the TAP's offloads (TUNSETOFFLOAD)", e))?;
     Ok((file, got))
 }
 
@@ -143,22 +192,59 @@ impl Port for TapPort {
             };
             let room = b.len() + b.tailroom();
             let _ = b.set_len(room);
-            match q.file.read(b.data_mut()) {
-                Ok(len) if len >= room => {
-                    // The frame filled the buffer: it was cut short.
+            let mut hdr = [0u8; VNET_HDR_LEN];
+            let read = q.file.read_vectored(&mut [
+                IoSliceMut::new(&mut hdr),
+                IoSliceMut::new(b.data_mut()),
+                IoSliceMut::new(&mut q.spill),
+            ]);
+            let read = match read {
+                Ok(n) if n < VNET_HDR_LEN => Ok(0),
+                Ok(n) => Ok(n - VNET_HDR_LEN),
+                Err(e) => Err(e),
+            };
+            match read {
+                Ok(0) => {
+                    q.stats.rx_errors += 1;
+                    self.rx_cache.free(b);
+                }
+                Ok(len) if len > MAX_FRAME => {
+                    // Larger than any MTU allows: cut short.
                     q.stats.rx_errors += 1;
                     self.rx_cache.free(b);
                     if !self.warned_rx {
                         self.warned_rx = true;
                         tracing::warn!(
                             port = %self.name,
-                            "a frame did not fit a {room}-byte buffer and was dropped (counted in rx_errors): lower the MTU (`ip link set {} mtu 1500`)",
-                            self.ifname
+                            "a frame larger than {MAX_FRAME} bytes was dropped (counted in rx_errors)"
                         );
+                    }
+                }
+                Ok(len) if len > room => {
+                    // A jumbo frame: a chain, its partial checksum (the
+                    // kernel's, with TUN_F_CSUM) completed over all of it
+                    // first.
+                    let mut whole = Vec::with_capacity(len);
+                    whole.extend_from_slice(b.data());
+                    whole.extend_from_slice(&q.spill[..len - room]);
+                    self.rx_cache.free(b);
+                    if hdr[0] & offload_meta::VNET_F_NEEDS_CSUM != 0 {
+                        let rd =
+                            |at: usize| usize::from(u16::from_le_bytes([hdr[at], hdr[at + 1]]));
+                        nfkit_packet::offload::complete_partial(&mut whole, rd(6), rd(8));
+                    }
+                    match self.pool.alloc_frame(&whole) {
+                        Ok(c) => {
+                            q.stats.rx_bytes += len as u64;
+                            batch.push(c);
+                            n += 1;
+                        }
+                        Err(_) => q.stats.rx_dropped += 1,
                     }
                 }
                 Ok(len) => {
                     let _ = b.set_len(len);
+                    take_vnet_hdr(&hdr, &mut b);
                     q.stats.rx_bytes += len as u64;
                     batch.push(b);
                     n += 1;
@@ -191,10 +277,24 @@ impl Port for TapPort {
         };
         let mut sent = 0;
         for b in batch.iter() {
-            match q.file.write(b.data()) {
+            // Offload state reaching here is what this port does itself
+            // (`capabilities`): the TCP/UDP checksum, by the kernel.
+            let hdr = b
+                .offload()
+                .map(offload_meta::to_virtio_net_hdr)
+                .unwrap_or([0; VNET_HDR_LEN]);
+            let wrote = if b.is_chained() {
+                let mut parts = vec![IoSlice::new(&hdr)];
+                parts.extend(b.segments().map(IoSlice::new));
+                q.file.write_vectored(&parts)
+            } else {
+                q.file
+                    .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(b.data())])
+            };
+            match wrote {
                 Ok(_) => {
                     q.stats.tx_packets += 1;
-                    q.stats.tx_bytes += b.len() as u64;
+                    q.stats.tx_bytes += b.pkt_len() as u64;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => {
@@ -211,6 +311,14 @@ impl Port for TapPort {
         }
         batch.drain_front(sent);
         sent
+    }
+
+    /// Through its `virtio_net_hdr` (the kernel's side of the TAP).
+    fn capabilities(&self) -> Caps {
+        Caps::new(
+            cap::TX_L4_CSUM | cap::TX_INNER_L4_CSUM | cap::RX_L4_CSUM | cap::RX_PARTIAL_CSUM,
+            0,
+        )
     }
 
     fn tx_refused(&mut self, queue: usize, n: u64) {
@@ -244,6 +352,14 @@ impl Port for TapPort {
 
     fn pool(&self) -> &Mempool {
         &self.pool
+    }
+
+    fn max_frame(&self) -> usize {
+        MAX_FRAME
+    }
+
+    fn tx_chains(&self) -> bool {
+        true
     }
 
     fn take_error(&mut self) -> Option<PortError> {

@@ -63,6 +63,12 @@ fn tap_carries_the_host_stack() {
     // over them.
     let b = open_spec(&format!("tap:{tb},queues=2"));
     assert_eq!((b.rx_queues(), b.tx_queues()), (2, 2));
+    // IFF_VNET_HDR: partial checksums come and go as offload metadata.
+    let line = nfkit_port::capability_line(&*b);
+    assert!(
+        line.contains("tx-l4-csum") && line.contains("rx-partial-csum"),
+        "{line}"
+    );
     for (tap, ns, ip) in [(&ta, &na, "10.97.0.1/24"), (&tb, &nb, "10.97.0.2/24")] {
         nfkit_testkit::ip(&["link", "set", tap, "netns", ns.name()]).unwrap();
         ns.run(&["ip", "addr", "add", ip, "dev", tap]).unwrap();
@@ -82,6 +88,52 @@ fn tap_carries_the_host_stack() {
             ns.name()
         );
     }
+}
+
+/// Jumbo frames end to end: MTU 9000 on the four veth ends (the
+/// scenario itself), a 9,000-byte ping that may not fragment and a TCP
+/// transfer (9,014-byte frames, chained buffers inside nfkit), byte-exact.
+fn jumbo_frames(spec: impl Fn(&str) -> String) {
+    require_root!();
+    require_tool!("ping");
+    let net = TwoHosts::new().unwrap();
+    for h in [&net.a, &net.b] {
+        h.ns.run(&["ip", "link", "set", "dev", &h.dev, "mtu", "9000"])
+            .unwrap();
+        nfkit_testkit::ip(&["link", "set", "dev", &h.host_end, "mtu", "9000"]).unwrap();
+    }
+    let a = open_spec(&spec(&net.a.host_end));
+    let b = open_spec(&spec(&net.b.host_end));
+    assert!(
+        a.max_frame() >= 9014,
+        "{}: max frame {}",
+        a.name(),
+        a.max_frame()
+    );
+    let fwd = Forwarder::start(a, b);
+    let out = net.a.ns.run(&[
+        "ping", "-c", "3", "-i", "0.2", "-W", "2", "-M", "do", "-s", "8972", &net.b.ip,
+    ]);
+    if out.is_err() {
+        let r = fwd.finish();
+        panic!("9,000-byte ping through nfkit: {out:?}\n{r:?}");
+    }
+    if net.offloads_off {
+        assert!(tcp_transfer(&net.a.ns, &net.b.ns, &net.b.ip));
+    }
+    let r = fwd.finish();
+    assert!(r.ports.iter().all(|p| p.rx_errors == 0), "{r:?}");
+}
+
+#[test]
+fn afpacket_carries_jumbo_frames() {
+    jumbo_frames(|i| format!("afpacket:{i}"));
+}
+
+/// Multi-buffer AF_XDP (`XDP_USE_SG`, kernel 6.6) in copy mode.
+#[test]
+fn afxdp_carries_jumbo_frames() {
+    jumbo_frames(|i| format!("afxdp:{i},mode=copy"));
 }
 
 /// TCP between namespaces whose veth ends keep their default offloads
@@ -122,6 +174,44 @@ fn afpacket_v3_tcp_at_default_offloads() {
 #[test]
 fn afxdp_tcp_at_default_offloads() {
     tcp_at_default_offloads(|i| format!("afxdp:{i},mode=copy"));
+}
+
+/// TAP interfaces with MTU 9000 in two namespaces: a 9,000-byte ping and
+/// a TCP transfer through nfkit.
+#[test]
+fn tap_carries_jumbo_frames() {
+    require_root!();
+    require_tool!("ping");
+    use nfkit_testkit::{unique_name, Netns};
+    let (na, nb) = (Netns::new().unwrap(), Netns::new().unwrap());
+    let (ta, tb) = (unique_name("t"), unique_name("t"));
+    let a = open_spec(&format!("tap:{ta}"));
+    let b = open_spec(&format!("tap:{tb}"));
+    for (tap, ns, ip) in [(&ta, &na, "10.96.0.1/24"), (&tb, &nb, "10.96.0.2/24")] {
+        nfkit_testkit::ip(&["link", "set", tap, "netns", ns.name()]).unwrap();
+        ns.run(&["ip", "link", "set", tap, "mtu", "9000"]).unwrap();
+        ns.run(&["ip", "addr", "add", ip, "dev", tap]).unwrap();
+        ns.run(&["ip", "link", "set", tap, "up"]).unwrap();
+    }
+    let fwd = Forwarder::start(a, b);
+    let out = na.run(&[
+        "ping",
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "-M",
+        "do",
+        "-s",
+        "8972",
+        "10.96.0.2",
+    ]);
+    assert!(out.is_ok(), "9,000-byte ping through nfkit: {out:?}");
+    tcp_transfer(&na, &nb, "10.96.0.2");
+    let r = fwd.finish();
+    assert!(r.ports.iter().all(|p| p.rx_errors == 0), "{r:?}");
 }
 
 #[test]
@@ -325,12 +415,14 @@ fn afpacket_frame_longer_than_the_mtu_is_a_counted_error() {
     assert_eq!((s.tx_packets, s.tx_errors), (2, 1), "{s:?}");
 }
 
+/// TPACKET_V3 cannot take a frame larger than a buffer (no whole-frame
+/// copy): an MTU above one is refused at open, naming the fix.
 #[test]
-fn mtu_larger_than_a_buffer_is_a_clear_error() {
+fn v3_mtu_larger_than_a_buffer_is_a_clear_error() {
     require_root!();
     let veth = nfkit_testkit::Veth::new().unwrap();
     nfkit_testkit::ip(&["link", "set", &veth.a, "mtu", "9000"]).unwrap();
-    let spec = format!("afpacket:{}", veth.a);
+    let spec = format!("afpacket:{},tpacket=3", veth.a);
     let e = open(&spec.parse::<PortSpec>().unwrap(), &OpenOptions::default())
         .err()
         .unwrap()
@@ -461,4 +553,92 @@ fn afxdp_reopened_at_once_binds() {
         );
         assert!(p.is_ok(), "round {round}: {:?}", p.err());
     }
+}
+
+/// At default offloads, a UDP datagram the namespace's stack sends
+/// reaches an AF_PACKET port with its checksum partial (veth's transmit
+/// checksum offload): the port puts that in the packet's offload
+/// metadata instead of completing it, says so in its capabilities, and
+/// software finishes it for a port that cannot (the checksum then
+/// verifies). AF_XDP in copy mode names the peer's offload settings.
+#[test]
+fn kernel_checksum_state_reaches_the_metadata() {
+    use nfkit_port::{cap, prepare_tx, Batch, Caps};
+    require_root!();
+    let net = TwoHosts::at_default_offloads(1).unwrap();
+    let mut a = open_spec(&format!("afpacket:{}", net.a.host_end));
+    let caps = a.capabilities();
+    assert!(
+        caps.has(cap::TX_L4_CSUM) && caps.has(cap::RX_PARTIAL_CSUM),
+        "{caps}"
+    );
+    let line = nfkit_port::capability_line(&*a);
+    assert!(
+        line.contains("tx-l4-csum") && line.contains("max frame 1518"),
+        "{line}"
+    );
+    // The peer of a host end is in a namespace: said so.
+    let note = nfkit_port::afxdp::copy_mode_note(&net.a.host_end).unwrap();
+    assert!(note.contains("another network namespace"), "{note}");
+    let veth = nfkit_testkit::Veth::new().unwrap();
+    let note = nfkit_port::afxdp::copy_mode_note(&veth.b).unwrap();
+    assert!(
+        note.contains(&format!("`{}`", veth.a)) && note.contains("tx-checksumming"),
+        "{note}"
+    );
+
+    let ns = &net.a.ns;
+    ns.run(&[
+        "ip",
+        "neigh",
+        "replace",
+        &net.b.ip,
+        "lladdr",
+        "02:00:00:00:00:99",
+        "dev",
+        &net.a.dev,
+        "nud",
+        "permanent",
+    ])
+    .unwrap();
+    let send = format!("echo offload-metadata > /dev/udp/{}/9", net.b.ip);
+    let mut batch = Batch::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let udp = loop {
+        ns.run(&["bash", "-c", &send]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        a.rx_batch(0, &mut batch);
+        let at = batch.iter().position(|p| {
+            let d = p.data();
+            d.len() > 42 && d[12..14] == [8, 0] && d[23] == 17 && d[36..38] == [0, 9]
+        });
+        if let Some(i) = at {
+            let mut one = Batch::new();
+            for (j, p) in batch.drain().enumerate() {
+                if j == i {
+                    let _ = one.push(p);
+                }
+            }
+            break one;
+        }
+        batch.clear();
+        assert!(std::time::Instant::now() < deadline, "no UDP frame arrived");
+    };
+    let p = udp.iter().next().unwrap();
+    let tx_csum_on = !nfkit_testkit::have_tool("ethtool")
+        || ns
+            .run(&["ethtool", "-k", &net.a.dev])
+            .unwrap()
+            .contains("tx-checksumming: on");
+    let state = p.offload().copied();
+    if tx_csum_on {
+        let o = state.expect("a partial checksum is offload metadata");
+        assert!(o.has(nfkit_hw::pool::offload::L4_CSUM), "{o:?}");
+        assert_eq!(o.l4_start(), 34);
+    }
+    let mut udp = udp;
+    assert_eq!(prepare_tx(&mut udp, Caps::NONE), 0);
+    let p = udp.iter().next().unwrap();
+    assert!(p.offload().is_none());
+    nfkit_packet::verify_checksums(p.data()).unwrap();
 }

@@ -6,6 +6,13 @@
 //! |---|---|---|
 //! | `vhost` | nfkit `vhost-user:` backends | nfkit `virtio-user:` frontends |
 //! | `sim` | simulated 82599s (free-running models) | the models' wires: frames injected, transmitted frames drained |
+//! | `veth` | one end of each of two veth pairs (nfkit: `afpacket:`; the kernel: the ends in a namespace) | the other ends, nfkit `afpacket:` |
+//!
+//! Besides nfkit's own, two DUTs run as the yardsticks the issue names
+//! ([`super::external`]): DPDK's `dpdk-testpmd` (io or macswap; on
+//! vhost-user over two `net_vhost` ports, on veth over `net_af_packet`)
+//! and the Linux kernel in a namespace (IPv4 forwarding, or a bridge;
+//! veth only).
 
 use super::tester::Tester;
 use anyhow::{bail, Context, Result};
@@ -32,6 +39,10 @@ pub enum DutKind {
     /// A `.nfk` pipeline: its first port is the DUT's port 0, its second
     /// port 1, whatever specs the file gives.
     Pipeline(PathBuf),
+    /// `dpdk-testpmd` in this forwarding mode (`io` or `macswap`).
+    Testpmd(String),
+    /// The Linux kernel in a namespace.
+    Kernel(super::external::KernelMode),
 }
 
 /// A DUT: what, in which driver model.
@@ -59,6 +70,11 @@ impl Dut {
                 workload(name, 1).with_context(|| format!("DUT `{s}`"))?;
                 DutKind::Nf(name.to_string())
             }
+            Some(("testpmd", mode)) if ["io", "macswap"].contains(&mode) => {
+                DutKind::Testpmd(mode.to_string())
+            }
+            Some(("kernel", "forward")) => DutKind::Kernel(super::external::KernelMode::Forward),
+            Some(("kernel", "bridge")) => DutKind::Kernel(super::external::KernelMode::Bridge),
             Some(("pipeline", file)) => {
                 let p = PathBuf::from(file);
                 if !p.is_file() {
@@ -66,7 +82,10 @@ impl Dut {
                 }
                 DutKind::Pipeline(p)
             }
-            _ => bail!("DUT `{s}`: expected fwd, nf:NAME or pipeline:FILE, each optionally @agent or @queue"),
+            _ => bail!(
+                "DUT `{s}`: expected fwd, nf:NAME or pipeline:FILE (each optionally @agent or @queue), \
+                 testpmd:io, testpmd:macswap, kernel:forward or kernel:bridge"
+            ),
         };
         Ok(Dut { kind, model })
     }
@@ -85,6 +104,8 @@ impl Dut {
                 "pipeline:{}",
                 p.file_name().unwrap_or_default().to_string_lossy()
             ),
+            DutKind::Testpmd(mode) => format!("testpmd-{mode}"),
+            DutKind::Kernel(k) => format!("kernel-{}", k.name()),
         }
     }
 
@@ -112,6 +133,9 @@ pub enum Wiring {
     Vhost,
     /// Two simulated 82599s: the tester on their wires.
     Sim,
+    /// Two veth pairs: the DUT on one end of each, the tester (nfkit
+    /// `afpacket:`) on the other.
+    Veth,
 }
 
 impl Wiring {
@@ -124,6 +148,17 @@ impl Wiring {
         match self {
             Wiring::Vhost => "vhost-user (no physical line: 10 Gbit/s assumed, as the 82599's, to bound the search)",
             Wiring::Sim => "simulated 82599 (10 Gbit/s Ethernet)",
+            Wiring::Veth => "veth (no physical line: 10 Gbit/s assumed to bound the search; the kernel's work of both veth ends lands on the sending side's core as softirq)",
+        }
+    }
+
+    /// Whether `dut` can run on this wiring (the kernel only on veth,
+    /// testpmd not on the simulated 82599).
+    pub fn takes(self, dut: &Dut) -> bool {
+        match (&dut.kind, self) {
+            (DutKind::Kernel(_), w) => w == Wiring::Veth,
+            (DutKind::Testpmd(_), w) => w != Wiring::Sim,
+            _ => true,
         }
     }
 }
@@ -132,19 +167,55 @@ impl Wiring {
 pub struct Running {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<()>>>,
-    /// The DUT thread's `/proc/self/task/TID`.
+    /// The DUT thread's `/proc/self/task/TID` (or its forwarding
+    /// thread's `/proc/PID/task/TID` for a process).
     pub task: Option<PathBuf>,
+    /// A DUT that is a process (testpmd), and what it set up (veths, a
+    /// namespace, hugepages), undone on drop.
+    pub external: Option<super::external::External>,
+    /// The frames' addresses when the DUT needs its own (the kernel).
+    pub gen: Option<nfkit_lab::pktgen::GenConfig>,
 }
 
 impl Running {
-    /// Whether the DUT thread ended (an error, or a panic).
+    /// A DUT that is a process, or the kernel (no thread here).
+    pub fn process(
+        external: super::external::External,
+        task: Option<PathBuf>,
+        gen: Option<nfkit_lab::pktgen::GenConfig>,
+    ) -> Running {
+        Running {
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+            task,
+            external: Some(external),
+            gen,
+        }
+    }
+
+    /// Whether the DUT thread or process ended (an error, or a panic).
     pub fn ended(&self) -> bool {
+        if let Some(x) = &self.external {
+            if self.thread.is_none() {
+                return x.ended();
+            }
+        }
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stop the DUT; waits at most 5 s for its thread (then leaves it).
     pub fn stop(mut self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
+        // the thread's ports may be on the wiring: the thread ends first
+        let ext = self.external.take();
+        let r = self.join();
+        if let Some(x) = ext {
+            x.stop()?;
+        }
+        r
+    }
+
+    fn join(&mut self) -> Result<()> {
         let Some(t) = self.thread.take() else {
             return Ok(());
         };
@@ -176,13 +247,24 @@ enum Ready {
 /// Start `dut` on `wiring` (sockets under `dir`), its thread pinned to
 /// `core`; returns it and the tester's ends of its ports.
 pub fn start(dut: &Dut, wiring: Wiring, dir: &Path, core: usize) -> Result<(Running, Tester)> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel::<Result<Ready>>();
     let socks = [dir.join("dut0.sock"), dir.join("dut1.sock")];
     for s in &socks {
         let _ = std::fs::remove_file(s);
     }
-    let (d, halt, sk) = (dut.clone(), stop.clone(), socks.clone());
+    if let DutKind::Testpmd(_) | DutKind::Kernel(_) = &dut.kind {
+        return super::external::start(dut, wiring, dir, core);
+    }
+    let veths = match wiring {
+        Wiring::Veth => Some(super::external::Veths::new()?),
+        _ => None,
+    };
+    let dut_specs = match &veths {
+        Some(v) => v.dut_specs(),
+        None => socks.clone().map(|s| format!("vhost-user:{}", s.display())),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<Result<Ready>>();
+    let (d, halt, sk) = (dut.clone(), stop.clone(), dut_specs);
     let thread = std::thread::Builder::new()
         .name("rfc2544-dut".into())
         .spawn(move || -> Result<()> {
@@ -191,7 +273,7 @@ pub fn start(dut: &Dut, wiring: Wiring, dir: &Path, core: usize) -> Result<(Runn
             }
             let task = super::cpu::this_thread();
             let r = match wiring {
-                Wiring::Vhost => on_vhost(&d, &sk, &halt, || {
+                Wiring::Vhost | Wiring::Veth => on_specs(&d, &sk, &halt, || {
                     let _ = tx.send(Ok(Ready::Ports(task.clone())));
                 }),
                 Wiring::Sim => on_sim(&d, &halt, |wires| {
@@ -212,20 +294,20 @@ pub fn start(dut: &Dut, wiring: Wiring, dir: &Path, core: usize) -> Result<(Runn
             dut.name()
         ),
     };
+    let tester_specs = match &veths {
+        Some(v) => v.tester_specs(),
+        None => socks.map(|s| format!("virtio-user:{}", s.display())),
+    };
     let running = |task| Running {
         stop: stop.clone(),
         thread: Some(thread),
         task,
+        external: veths.map(super::external::External::wiring),
+        gen: None,
     };
     Ok(match ready {
         Ready::Ports(task) => {
-            let reg = registry(SimLab::new(SimWire::Open, 1), 1);
-            let opts = OpenOptions::default();
-            let open = |s: &Path| {
-                reg.open_str(&format!("virtio-user:{}", s.display()), &opts)
-                    .with_context(|| format!("connecting the tester to {}", s.display()))
-            };
-            let ports = [open(&socks[0])?, open(&socks[1])?];
+            let ports = super::external::tester_ports(&tester_specs)?;
             (running(task), Tester::ports(ports))
         }
         Ready::Wires(task, wires) => (running(task), Tester::wires(wires)?),
@@ -235,19 +317,16 @@ pub fn start(dut: &Dut, wiring: Wiring, dir: &Path, core: usize) -> Result<(Runn
 /// Rounds between looks at the stop flag.
 const CHECK_EVERY: u32 = 256;
 
-fn on_vhost(
-    dut: &Dut,
-    socks: &[PathBuf; 2],
-    stop: &AtomicBool,
-    ready: impl FnOnce(),
-) -> Result<()> {
+/// The DUT on two ports opened from `specs` (vhost-user backends, or
+/// `afpacket:` on veth ends).
+fn on_specs(dut: &Dut, specs: &[String; 2], stop: &AtomicBool, ready: impl FnOnce()) -> Result<()> {
     let reg = registry(SimLab::new(SimWire::Open, 1), 1);
     let opts = OpenOptions::default();
-    let open = |s: &Path| {
-        reg.open_str(&format!("vhost-user:{}", s.display()), &opts)
-            .with_context(|| format!("vhost-user backend {}", s.display()))
+    let open = |s: &str| {
+        reg.open_str(s, &opts)
+            .with_context(|| format!("the DUT's port {s}"))
     };
-    let mut owned: Vec<Box<dyn Port>> = vec![open(&socks[0])?, open(&socks[1])?];
+    let mut owned: Vec<Box<dyn Port>> = vec![open(&specs[0])?, open(&specs[1])?];
     if let DutKind::Pipeline(file) = &dut.kind {
         return pipeline(file, owned, stop, ready);
     }
@@ -301,6 +380,7 @@ fn run_on_ports(dut: &Dut, owned: &mut [Box<dyn Port>], stop: &AtomicBool) -> Re
             Ok(())
         }
         DutKind::Pipeline(_) => unreachable!("pipelines run in `pipeline`"),
+        DutKind::Testpmd(_) | DutKind::Kernel(_) => unreachable!("processes start in `external`"),
     }
 }
 
@@ -391,6 +471,6 @@ fn on_sim(
             with_form(dut.model, &nics, &mut *nf, |r| spin(r.round, stop))?;
             Ok(())
         }
-        DutKind::Pipeline(_) => unreachable!(),
+        DutKind::Pipeline(_) | DutKind::Testpmd(_) | DutKind::Kernel(_) => unreachable!(),
     }
 }

@@ -24,7 +24,9 @@
 //! addresses, with the UDP source port counting through the flows.
 
 pub mod cpu;
+pub mod crosscheck;
 pub mod dut;
+pub mod external;
 pub mod plot;
 pub mod tester;
 
@@ -138,6 +140,9 @@ pub struct Options {
     pub out: PathBuf,
     /// Tester's core, DUT's core.
     pub cores: (usize, usize),
+    /// Check the generator against DPDK testpmd's txonly first
+    /// ([`crosscheck`]).
+    pub cross_check: bool,
 }
 
 impl Options {
@@ -196,6 +201,7 @@ struct Book {
     trials: Vec<Value>,
     results: Vec<Value>,
     options: Value,
+    generator: Option<Value>,
 }
 
 impl Book {
@@ -205,6 +211,7 @@ impl Book {
             "started_unix": self.started,
             "status": status,
             "options": self.options,
+            "generator_cross_check": self.generator,
             "results": self.results,
             "trials": self.trials,
         });
@@ -230,6 +237,9 @@ struct Case<'a> {
 struct Point {
     loss_ratio: f64,
     rx_pps: f64,
+    /// What the tester really sent (below the offered rate when the
+    /// tester cannot keep up).
+    tx_pps: f64,
     share: cpu::Share,
     latency: Option<Histogram<u64>>,
 }
@@ -333,6 +343,7 @@ impl Runner<'_> {
         Ok(Point {
             loss_ratio,
             rx_pps: seen.received as f64 / secs,
+            tx_pps: seen.sent as f64 / secs,
             share,
             latency: Some(seen.latency_ns),
         })
@@ -450,6 +461,7 @@ pub fn rfc2544(opts: &Options) -> Result<()> {
             .unwrap_or_default(),
         trials: Vec::new(),
         results: Vec::new(),
+        generator: None,
         options: json!({
             "duts": opts.duts.iter().map(|d| d.name()).collect::<Vec<_>>(),
             "wirings": opts.wirings.iter().map(|w| format!("{w:?}").to_lowercase()).collect::<Vec<_>>(),
@@ -495,6 +507,13 @@ fn run_all(
 ) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("nfkit-rfc2544-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    if opts.cross_check {
+        bar.suspend(|| match crosscheck::run(&dir, opts.cores) {
+            Ok(v) => book.generator = Some(v),
+            Err(e) => println!("generator cross-check not done: {e:#}"),
+        });
+        let _ = book.save("running");
+    }
     let r = run_cases(opts, book, stop, bar, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     r
@@ -509,6 +528,18 @@ fn run_cases(
 ) -> Result<()> {
     for &wiring in &opts.wirings {
         for dut in &opts.duts {
+            if !wiring.takes(dut) {
+                let line = format!(
+                    "{} does not run on {wiring:?} (the kernel runs on veth only, testpmd not on sim): skipped",
+                    dut.name()
+                );
+                if bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    bar.println(line);
+                }
+                continue;
+            }
             let (running, tester) = dut::start(dut, wiring, dir, opts.cores.1)?;
             let meter = Meter {
                 tester: cpu::this_thread(),
@@ -560,7 +591,11 @@ fn run_dut(opts: &Options, wiring: Wiring, dut: &Dut, r: &mut Runner) -> Result<
                 dut,
                 frame,
                 flows,
-                gen: gen_for(dut, wiring),
+                gen: r
+                    .running
+                    .gen
+                    .clone()
+                    .unwrap_or_else(|| gen_for(dut, wiring)),
                 line_pps: frame.line_pps(wiring.line_bps()),
                 input: dut.input(),
             };
@@ -580,14 +615,22 @@ fn run_dut(opts: &Options, wiring: Wiring, dut: &Dut, r: &mut Runner) -> Result<
             for t in &opts.tests {
                 match t {
                     Test::Throughput => {
-                        let (pct, p) = r.throughput(&c)?;
+                        let (mut pct, p) = r.throughput(&c)?;
+                        // A rate the tester could not send was not offered:
+                        // the figure is then the tester's, and says so.
+                        let offered = pct / 100.0 * c.line_pps;
+                        let tester_bound = pct > 0.0 && p.tx_pps < 0.95 * offered;
+                        if tester_bound {
+                            pct = p.tx_pps / c.line_pps * 100.0;
+                        }
                         let mpps = pct / 100.0 * c.line_pps / 1e6;
                         r.say(format!(
-                            "{head}  throughput {mpps:>7.3} Mpps ({pct:.2}% of line, {:.3} Gbit/s L1)  [{}]",
+                            "{head}  throughput {mpps:>7.3} Mpps ({pct:.2}% of line, {:.3} Gbit/s L1){}  [{}]",
                             pct / 100.0 * wiring.line_bps() / 1e9,
+                            if tester_bound { " tester-bound: no loss at the most the tester sent" } else { "" },
                             p.share.line()
                         ));
-                        res["throughput"] = json!({"pct_of_line": pct, "mpps": mpps, "rx_mpps": p.rx_pps / 1e6, "loss_pct": p.loss_ratio * 100.0, "cpu": p.share.json()});
+                        res["throughput"] = json!({"pct_of_line": pct, "mpps": mpps, "rx_mpps": p.rx_pps / 1e6, "tester_tx_mpps": p.tx_pps / 1e6, "tester_bound": tester_bound, "loss_pct": p.loss_ratio * 100.0, "cpu": p.share.json()});
                         thr = Some(pct);
                     }
                     Test::Latency => {

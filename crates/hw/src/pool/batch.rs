@@ -25,6 +25,28 @@ impl Mempool {
     }
 }
 
+/// What [`Batch::marks`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marks(u32);
+
+impl Marks {
+    /// Some packet has a mark.
+    #[inline(always)]
+    pub fn any(self) -> bool {
+        self.0 != 0
+    }
+    /// Some packet has offload state.
+    #[inline(always)]
+    pub fn offload(self) -> bool {
+        self.0 & super::pktbuf::OFFLOAD_SET != 0
+    }
+    /// Some packet is chained.
+    #[inline(always)]
+    pub fn chained(self) -> bool {
+        self.0 & super::pktbuf::CHAINED != 0
+    }
+}
+
 /// A fixed-capacity batch of packets ([`MAX_BATCH`]); never allocates
 /// after creation.
 pub struct Batch {
@@ -118,6 +140,21 @@ impl Batch {
     pub fn any_offload(&self) -> bool {
         super::pktbuf::offload_used()
             && self.pkts.iter().fold(0, |a, p| a | p.id) & super::pktbuf::OFFLOAD_SET != 0
+    }
+    /// Whether any packet is chained ([`PktBuf::is_chained`]): one OR
+    /// over the buffer handles, no branch per packet.
+    #[inline]
+    pub fn any_chained(&self) -> bool {
+        self.marks().chained()
+    }
+    /// Which marks (offload state, chain) any packet has, with one OR
+    /// over the buffer handles for both.
+    #[inline]
+    pub fn marks(&self) -> Marks {
+        Marks(
+            self.pkts.iter().fold(0, |a, p| a | p.id)
+                & (super::pktbuf::OFFLOAD_SET | super::pktbuf::CHAINED),
+        )
     }
     /// Keep the packets for which `f` is true, in order; drop the others.
     pub fn retain(&mut self, f: impl FnMut(&mut PktBuf) -> bool) {

@@ -3,7 +3,7 @@
 
 use super::batch::Batch;
 use super::mempool::{give_back, Mempool};
-use super::pktbuf::{offload_used, PktBuf};
+use super::pktbuf::PktBuf;
 use std::fmt;
 use std::mem::{ManuallyDrop, MaybeUninit};
 
@@ -113,25 +113,6 @@ impl PoolCache {
     /// forgets.
     #[inline]
     pub(super) unsafe fn free_all(&mut self, bufs: *const PktBuf, n: usize) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            if offload_used() {
-                self.free_all_as::<true>(bufs, n)
-            } else {
-                // No handle has its offload flag set: the ids are clean
-                // as they are (one AND per packet saved).
-                self.free_all_as::<false>(bufs, n)
-            }
-        }
-    }
-
-    /// [`Self::free_all`], clearing each handle's offload flag from its
-    /// id if `CLEAN` (not needed while no packet ever had offload state).
-    ///
-    /// # Safety
-    /// As [`Self::free_all`].
-    #[inline(always)]
-    unsafe fn free_all_as<const CLEAN: bool>(&mut self, bufs: *const PktBuf, n: usize) {
         let mut k = 0;
         while k < n {
             // SAFETY: k < n (caller's contract).
@@ -145,8 +126,18 @@ impl PoolCache {
                 if !buf.pool.same(pool) {
                     break;
                 }
-                ids[len].write(if CLEAN { buf.id() } else { buf.id });
+                ids[len].write(buf.id());
                 len += 1;
+            }
+            if pool
+                .inner
+                .chains_out
+                .load(std::sync::atomic::Ordering::Relaxed)
+                != 0
+            {
+                // SAFETY: k + len <= n.
+                let run = unsafe { std::slice::from_raw_parts(bufs.add(k), len) };
+                super::chain::free_tails_of(run);
             }
             // SAFETY: the first `len` ids were written just above.
             let ids = unsafe { std::slice::from_raw_parts(ids.as_ptr().cast::<u32>(), len) };

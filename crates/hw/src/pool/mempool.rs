@@ -2,13 +2,16 @@
 //! it, and the shared stack of free entry ids that keeps it alive while
 //! any id is out.
 
+use super::chain::ChainSlot;
 use super::offload::Offload;
+use super::pktbuf::ID_MASK;
 use super::sync::{Arc, Mutex};
 use crate::dma::{DmaAllocator, DmaRegion};
 use crate::error::HwError;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::AtomicUsize;
 
 /// Bytes reserved in front of the packet data of every buffer, for
 /// encapsulation headers (VXLAN, VirtIO net header, ...).
@@ -30,6 +33,12 @@ pub(super) struct Inner {
     pub(super) meta: Box<[UnsafeCell<[u8; META_SIZE]>]>,
     /// Per-entry offload state, valid while the packet's flag says so.
     pub(super) offload: Box<[UnsafeCell<Offload>]>,
+    /// Per-entry chain links (see `chain.rs`), valid while the head's
+    /// flag says so.
+    pub(super) chain: Box<[UnsafeCell<ChainSlot>]>,
+    /// Chained heads out of the pool: while 0 (no frame of this pool is
+    /// chained), the bulk free paths check no packet for a chain.
+    pub(super) chains_out: AtomicUsize,
     name: String,
 }
 
@@ -131,7 +140,7 @@ impl Mempool {
                 dma.page_size()
             )));
         }
-        if count == 0 || count > u32::MAX as usize / 2 {
+        if count == 0 || count > ID_MASK as usize {
             return Err(HwError::Invalid(format!(
                 "pool `{name}`: bad buffer count {count}"
             )));
@@ -154,6 +163,9 @@ impl Mempool {
         let offload = (0..count)
             .map(|_| UnsafeCell::new(Offload::default()))
             .collect();
+        let chain = (0..count)
+            .map(|_| UnsafeCell::new(ChainSlot::default()))
+            .collect();
         Ok(Mempool {
             inner: Arc::new(Inner {
                 region,
@@ -164,6 +176,8 @@ impl Mempool {
                 free,
                 meta,
                 offload,
+                chain,
+                chains_out: AtomicUsize::new(0),
                 name: name.to_string(),
             }),
         })

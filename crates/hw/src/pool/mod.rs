@@ -38,16 +38,18 @@
 
 mod batch;
 mod cache;
+mod chain;
 mod mempool;
 pub mod offload;
 mod pktbuf;
 mod rings;
 mod sync;
 
-pub use batch::{Batch, MAX_BATCH};
+pub use batch::{Batch, Marks, MAX_BATCH};
 pub use cache::PoolCache;
+pub use chain::{ChainError, Segments, MAX_FRAME, MAX_SEGS};
 pub use mempool::{Mempool, DEFAULT_BUF_SIZE, HEADROOM, META_SIZE};
-pub use offload::{Offload, OffloadError};
+pub use offload::{Caps, Offload, OffloadError};
 pub use pktbuf::{NoRoom, PktBuf};
 pub use rings::{min_pool_for_rx_ring, RxBuffers, TxBuffers, RING_CACHE};
 

@@ -179,6 +179,54 @@ impl Offload {
     pub fn has(&self, flag: u16) -> bool {
         self.flags & flag != 0
     }
+    /// `n` header bytes were put in front of the frame (an encapsulation,
+    /// a VLAN tag, MPLS labels): the same headers are now `n` bytes
+    /// further. They count as outer Ethernet (or, for a frame without a
+    /// tunnel, as its L2 header: a checksum position is all that a port
+    /// needs). False if the lengths cannot say it (the state is then of
+    /// no use; [`crate::PktBuf::prepend`] takes it off).
+    pub fn front_grown(&mut self, n: usize) -> bool {
+        let field = if self.tunnel == Tunnel::None {
+            &mut self.l2_len
+        } else {
+            &mut self.outer_l2_len
+        };
+        match u8::try_from(usize::from(*field) + n) {
+            Ok(v) => {
+                *field = v;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+    /// `n` bytes were taken off the front of the frame: a decapsulation
+    /// (all of a tunnel's outer headers: the state describes the inner
+    /// packet alone), or a tag or label. False when the bytes taken
+    /// reach into the headers the state describes: it is of no use then
+    /// ([`crate::PktBuf::adj`] takes it off).
+    pub fn front_shrunk(&mut self, n: usize) -> bool {
+        let outer = usize::from(self.outer_l2_len)
+            + usize::from(self.outer_l3_len)
+            + usize::from(self.tunnel_len);
+        if self.tunnel != Tunnel::None && n == outer {
+            self.tunnel = Tunnel::None;
+            (self.outer_l2_len, self.outer_l3_len, self.tunnel_len) = (0, 0, 0);
+            self.flags &= !OUTER_IP_CSUM;
+            return true;
+        }
+        let field = if self.tunnel == Tunnel::None {
+            &mut self.l2_len
+        } else {
+            &mut self.outer_l2_len
+        };
+        match u8::try_from(n).ok().and_then(|n| field.checked_sub(n)) {
+            Some(v) => {
+                *field = v;
+                true
+            }
+            None => false,
+        }
+    }
     /// Whether this state is consistent in itself and with a frame of
     /// `frame_len` bytes: the headers it names fit, a checksum or
     /// segmentation request has the header it needs, verdicts are not
@@ -222,6 +270,149 @@ impl Offload {
     }
 }
 
+/// What a port does with offload state itself, in its hardware or
+/// through its kernel interface (`Port::capabilities` in `nfkit-port`).
+/// A transmit capability means: hand the port a packet whose state asks
+/// for this and the port (its NIC or its kernel) does it; whatever a
+/// packet asks that its port cannot, software does before the port sees
+/// it (PortOut, the queue loop: `nfkit_packet::offload_meta::finish_for`).
+/// A receive capability means: the port's received packets may carry
+/// this kind of state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Caps {
+    /// The `cap::*` flags.
+    pub flags: u32,
+    /// The largest frame the port sends or receives, Ethernet header
+    /// included (0: not known).
+    pub max_frame: u32,
+}
+
+/// [`Caps`] flags.
+pub mod cap {
+    /// Transmit: fills in the IPv4 header checksum ([`super::IP_CSUM`]).
+    pub const TX_IP_CSUM: u32 = 1 << 0;
+    /// Transmit: fills in the TCP/UDP checksum of a packet that is not
+    /// in a tunnel ([`super::L4_CSUM`]).
+    pub const TX_L4_CSUM: u32 = 1 << 1;
+    /// Transmit: fills in the TCP/UDP checksum of the inner packet of a
+    /// tunnel (a device that starts at any `csum_start`).
+    pub const TX_INNER_L4_CSUM: u32 = 1 << 2;
+    /// Transmit: fills in the outer IPv4 checksum of a tunnel
+    /// ([`super::OUTER_IP_CSUM`]).
+    pub const TX_OUTER_IP_CSUM: u32 = 1 << 3;
+    /// Transmit: inserts an 802.1Q tag ([`super::VLAN_INSERT`]).
+    pub const TX_VLAN_INSERT: u32 = 1 << 4;
+    /// Transmit: TCP segmentation (TSO) of a super-frame.
+    pub const TX_TSO: u32 = 1 << 5;
+    /// Transmit: UDP segmentation (USO).
+    pub const TX_USO: u32 = 1 << 6;
+    /// Transmit: segmentation of a tunnel's inner TCP packet.
+    pub const TX_TUNNEL_TSO: u32 = 1 << 7;
+    /// Receive: IPv4 header checksum verdicts ([`super::IP_CSUM_GOOD`],
+    /// [`super::IP_CSUM_BAD`]).
+    pub const RX_IP_CSUM: u32 = 1 << 16;
+    /// Receive: TCP/UDP checksum verdicts ([`super::L4_CSUM_GOOD`],
+    /// [`super::L4_CSUM_BAD`]).
+    pub const RX_L4_CSUM: u32 = 1 << 17;
+    /// Receive: frames whose TCP/UDP checksum is still to be filled in
+    /// (the sender's transmit offload, [`super::L4_CSUM`] on receive).
+    pub const RX_PARTIAL_CSUM: u32 = 1 << 18;
+    /// Receive: an 802.1Q tag taken off the frame ([`super::VLAN_STRIPPED`]).
+    pub const RX_VLAN_STRIP: u32 = 1 << 19;
+    /// Receive: super-frames made of several received segments (LRO, GRO).
+    pub const RX_LRO: u32 = 1 << 20;
+    /// Receive: verdicts on the inner packet of a tunnel.
+    pub const RX_TUNNEL_CSUM: u32 = 1 << 21;
+
+    /// Names in the order the start-up line lists them.
+    pub const NAMES: [(u32, &str); 14] = [
+        (TX_IP_CSUM, "tx-ip-csum"),
+        (TX_L4_CSUM, "tx-l4-csum"),
+        (TX_INNER_L4_CSUM, "tx-inner-l4-csum"),
+        (TX_OUTER_IP_CSUM, "tx-outer-ip-csum"),
+        (TX_VLAN_INSERT, "tx-vlan-insert"),
+        (TX_TSO, "tso"),
+        (TX_USO, "uso"),
+        (TX_TUNNEL_TSO, "tunnel-tso"),
+        (RX_IP_CSUM, "rx-ip-csum"),
+        (RX_L4_CSUM, "rx-l4-csum"),
+        (RX_PARTIAL_CSUM, "rx-partial-csum"),
+        (RX_VLAN_STRIP, "rx-vlan-strip"),
+        (RX_LRO, "lro"),
+        (RX_TUNNEL_CSUM, "rx-tunnel-csum"),
+    ];
+}
+
+impl Caps {
+    /// A port that does nothing itself: software does everything.
+    pub const NONE: Caps = Caps {
+        flags: 0,
+        max_frame: 0,
+    };
+    pub const fn new(flags: u32, max_frame: u32) -> Caps {
+        Caps { flags, max_frame }
+    }
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+    /// The transmit flags of `o` ([`IP_CSUM`], [`L4_CSUM`],
+    /// [`OUTER_IP_CSUM`], [`VLAN_INSERT`]) this port does itself; the
+    /// others are software's. Segmentation is separate
+    /// ([`Caps::segments`]).
+    pub fn tx_done_by_port(&self, o: &Offload) -> u16 {
+        let mut f = 0;
+        let tunnel = o.tunnel != Tunnel::None;
+        if self.has(cap::TX_IP_CSUM) && !tunnel {
+            f |= IP_CSUM;
+        }
+        let l4 = if tunnel {
+            cap::TX_INNER_L4_CSUM
+        } else {
+            cap::TX_L4_CSUM
+        };
+        if self.has(l4) {
+            f |= L4_CSUM;
+        }
+        if self.has(cap::TX_OUTER_IP_CSUM) && tunnel {
+            f |= OUTER_IP_CSUM;
+        }
+        if self.has(cap::TX_VLAN_INSERT) {
+            f |= VLAN_INSERT;
+        }
+        o.flags & f
+    }
+    /// Whether the port segments what `o` asks ([`Gso::None`]: true).
+    pub fn segments(&self, o: &Offload) -> bool {
+        match (o.gso, o.tunnel != Tunnel::None) {
+            (Gso::None, _) => true,
+            (Gso::Tcp, false) => self.has(cap::TX_TSO),
+            (Gso::Tcp, true) => self.has(cap::TX_TUNNEL_TSO),
+            (Gso::Udp, false) => self.has(cap::TX_USO),
+            (Gso::Udp, true) => false,
+        }
+    }
+}
+
+/// `tx-l4-csum rx-partial-csum ... max-frame 1514`, or `none`.
+impl std::fmt::Display for Caps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (flag, name) in cap::NAMES {
+            if self.has(flag) {
+                write!(f, "{}{name}", if first { "" } else { " " })?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        if self.max_frame != 0 {
+            write!(f, ", max frame {}", self.max_frame)?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +427,69 @@ mod tests {
             l4_len: 20,
             ..Offload::default()
         }
+    }
+
+    #[test]
+    fn caps_split_work_between_port_and_software() {
+        let o = tcp4();
+        let l4_only = Caps::new(cap::TX_L4_CSUM, 1514);
+        assert_eq!(l4_only.tx_done_by_port(&o), L4_CSUM);
+        assert_eq!(Caps::NONE.tx_done_by_port(&o), 0);
+        let t = Offload {
+            tunnel: Tunnel::Vxlan,
+            outer_l2_len: 14,
+            outer_l3_len: 20,
+            tunnel_len: 16,
+            flags: L4_CSUM | OUTER_IP_CSUM,
+            ..o
+        };
+        // Not tunnel-aware: the inner checksum is software's.
+        assert_eq!(l4_only.tx_done_by_port(&t), 0);
+        let inner = Caps::new(cap::TX_INNER_L4_CSUM | cap::TX_OUTER_IP_CSUM, 0);
+        assert_eq!(inner.tx_done_by_port(&t), L4_CSUM | OUTER_IP_CSUM);
+        let tso = Offload {
+            gso: Gso::Tcp,
+            gso_size: 1448,
+            ..o
+        };
+        assert!(!l4_only.segments(&tso));
+        assert!(Caps::new(cap::TX_TSO, 0).segments(&tso));
+        assert!(Caps::NONE.segments(&o));
+        assert_eq!(
+            l4_only.to_string(),
+            "tx-l4-csum, max frame 1514",
+            "the start-up line's words"
+        );
+        assert_eq!(Caps::NONE.to_string(), "none");
+    }
+
+    #[test]
+    fn headers_put_in_front_or_taken_off_move_the_offsets() {
+        let mut o = tcp4();
+        assert!(o.front_grown(50)); // an encapsulation
+        assert_eq!(o.l4_start(), 84);
+        assert!(o.front_shrunk(50));
+        assert_eq!(o, tcp4());
+        assert!(!o.clone().front_grown(250), "no room in l2_len");
+        assert!(!o.clone().front_shrunk(20), "into the IP header");
+        let mut t = Offload {
+            tunnel: Tunnel::Geneve,
+            outer_l2_len: 14,
+            outer_l3_len: 20,
+            tunnel_len: 24,
+            flags: L4_CSUM | OUTER_IP_CSUM,
+            ..tcp4()
+        };
+        assert!(t.front_grown(4)); // a tag on the outer frame
+        assert_eq!(t.outer_l2_len, 18);
+        assert!(t.front_shrunk(18 + 20 + 24)); // decapsulated
+        assert_eq!(
+            t,
+            Offload {
+                flags: L4_CSUM,
+                ..tcp4()
+            }
+        );
     }
 
     #[test]

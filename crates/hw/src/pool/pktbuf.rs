@@ -31,10 +31,11 @@ pub struct PktBuf {
     /// The pool, borrowed: no reference count (the pool's shared stack
     /// keeps it alive while this buffer is out, see `FreeStack`).
     pub(super) pool: ManuallyDrop<Mempool>,
-    /// The entry id, and in bit 31 ([`OFFLOAD_SET`]) whether the
-    /// entry's [`Offload`] slot holds this packet's state (pools have
-    /// fewer than 2^31 entries). A flag here rather than a store into
-    /// the slot: a packet without offload state costs nothing.
+    /// The entry id, in bit 31 ([`OFFLOAD_SET`]) whether the entry's
+    /// [`Offload`] slot holds this packet's state, and in bit 30
+    /// ([`CHAINED`]) whether more segments follow (pools have fewer
+    /// than 2^30 entries). Flags here rather than stores into the
+    /// slots: a packet without offload state or chain costs nothing.
     pub(super) id: u32,
     /// Offset of the first data byte within the entry.
     pub(super) offset: u16,
@@ -53,6 +54,11 @@ impl fmt::Debug for PktBuf {
 
 /// Bit 31 of [`PktBuf::id`]: the packet has offload state.
 pub(super) const OFFLOAD_SET: u32 = 1 << 31;
+/// Bit 30 of [`PktBuf::id`]: the packet is the head of a chain of
+/// segments (see `chain.rs`).
+pub(super) const CHAINED: u32 = 1 << 30;
+/// The entry id in [`PktBuf::id`], without the flags.
+pub(crate) const ID_MASK: u32 = CHAINED - 1;
 
 /// Whether any packet of this process was ever given offload state.
 /// Until one is, [`crate::Batch::any_offload`] answers with one load per
@@ -87,7 +93,10 @@ impl PktBuf {
     /// Give up ownership without returning the entry: the caller now
     /// owns `id`.
     #[inline(always)]
-    pub(super) fn into_id(self) -> u32 {
+    pub(super) fn into_id(mut self) -> u32 {
+        if self.id & CHAINED != 0 {
+            self.free_tail();
+        }
         ManuallyDrop::new(self).id()
     }
 
@@ -110,8 +119,10 @@ impl PktBuf {
     /// Entry index within the pool.
     #[inline(always)]
     pub fn id(&self) -> u32 {
-        self.id & !OFFLOAD_SET
+        self.id & ID_MASK
     }
+    /// Bytes in this buffer: the whole packet unless it is chained
+    /// (then the first segment; [`Self::pkt_len`] is the frame's).
     #[inline(always)]
     pub fn len(&self) -> usize {
         self.len as usize
@@ -160,7 +171,8 @@ impl PktBuf {
         unsafe { std::slice::from_raw_parts_mut(self.data_ptr(), self.len as usize) }
     }
 
-    /// Set the packet length (data start unchanged).
+    /// Set the length of this (first) segment, data start unchanged;
+    /// a chain's total length follows.
     #[inline]
     pub fn set_len(&mut self, len: usize) -> Result<(), NoRoom> {
         let available = self.pool.inner.buf_size - self.offset as usize;
@@ -170,20 +182,29 @@ impl PktBuf {
                 available,
             });
         }
+        if self.id & CHAINED != 0 {
+            self.grow_total(len as isize - self.len as isize);
+        }
         self.len = len as u16;
         Ok(())
     }
 
-    /// Reset to an empty packet at the default headroom (for reception).
+    /// Reset to an empty packet at the default headroom (for reception);
+    /// a chain's other segments are freed.
     #[inline(always)]
     pub fn reset(&mut self) {
+        if self.id & CHAINED != 0 {
+            self.free_tail();
+        }
         self.offset = HEADROOM as u16;
         self.len = 0;
     }
 
-    /// Set length after a device wrote `len` bytes at [`Self::rx_device_addr`].
+    /// Set length after a device wrote `len` bytes at [`Self::rx_device_addr`]
+    /// (a buffer fresh from a receive ring: never chained).
     #[inline(always)]
     pub fn set_received(&mut self, len: usize) {
+        debug_assert!(self.id & CHAINED == 0);
         self.offset = HEADROOM as u16;
         self.len = len.min(self.pool.inner.buf_size - HEADROOM) as u16;
     }
@@ -198,6 +219,15 @@ impl PktBuf {
         }
         self.offset -= n as u16;
         self.len += n as u16;
+        if self.id & CHAINED != 0 {
+            self.grow_total(n as isize);
+        }
+        // Offload state keeps pointing at the same headers.
+        if let Some(o) = self.offload_mut() {
+            if !o.front_grown(n) {
+                self.take_offload();
+            }
+        }
         Ok(&mut self.data_mut()[..n])
     }
 
@@ -211,6 +241,16 @@ impl PktBuf {
         }
         self.offset += n as u16;
         self.len -= n as u16;
+        if self.id & CHAINED != 0 {
+            self.grow_total(-(n as isize));
+        }
+        // Offload state keeps pointing at the same headers, or goes with
+        // them.
+        if let Some(o) = self.offload_mut() {
+            if !o.front_shrunk(n) {
+                self.take_offload();
+            }
+        }
         Ok(())
     }
 
@@ -222,8 +262,12 @@ impl PktBuf {
         Ok(())
     }
 
-    /// Replace the contents with `bytes`.
+    /// Replace the contents with `bytes` (a chain's other segments are
+    /// freed).
     pub fn copy_from(&mut self, bytes: &[u8]) -> Result<(), NoRoom> {
+        if self.id & CHAINED != 0 {
+            self.free_tail();
+        }
         self.set_len(bytes.len())?;
         self.data_mut().copy_from_slice(bytes);
         Ok(())
@@ -286,11 +330,18 @@ impl PktBuf {
         o
     }
 
-    /// Allocate a new buffer from the same pool holding a copy of this
-    /// packet (for replication).
+    /// Allocate a new buffer (a chain for a chain) from the same pool
+    /// holding a copy of this packet (for replication).
     pub fn try_clone(&self) -> Option<PktBuf> {
         let mut b = self.pool.alloc()?;
         b.copy_from(self.data()).ok()?;
+        if self.id & CHAINED != 0 {
+            for seg in self.segments().skip(1) {
+                let mut s = self.pool.alloc()?;
+                s.copy_from(seg).ok()?;
+                b.append(s).ok()?;
+            }
+        }
         *b.metadata_mut() = *self.metadata();
         if let Some(o) = self.offload() {
             b.set_offload(*o);
@@ -301,6 +352,9 @@ impl PktBuf {
 
 impl Drop for PktBuf {
     fn drop(&mut self) {
+        if self.id & CHAINED != 0 {
+            self.free_tail();
+        }
         give_back(&self.pool, &[self.id()]);
     }
 }

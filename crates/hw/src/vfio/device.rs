@@ -9,9 +9,10 @@ use crate::linux::enable_bus_master;
 use crate::linux::mapping::Mapping;
 use crate::mmio::{FileIoBar, MmioBar};
 use crate::pci::{config, PciAddress, PciFunction};
+use crate::EventFd;
 use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::{AsFd, FromRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -191,6 +192,26 @@ impl PciFunction for VfioDevice {
             .map_err(|e| self.err(format!("writing configuration space at {offset:#x}: {e}")))
     }
 
+    /// MSI-X through VFIO: one eventfd per vector, bound with
+    /// `VFIO_DEVICE_SET_IRQS` (DATA_EVENTFD | ACTION_TRIGGER); vfio-pci
+    /// programs the MSI-X table and enables MSI-X in configuration space.
+    fn enable_msix(&self, count: u32) -> Result<Vec<Arc<EventFd>>, HwError> {
+        let offered = self.msix_count()?;
+        if count == 0 || count > offered {
+            return Err(HwError::Unsupported(format!(
+                "device {}: {count} MSI-X vectors asked, the device offers {offered}",
+                self.addr
+            )));
+        }
+        let fds = (0..count)
+            .map(|_| EventFd::new().map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(format!("creating an eventfd: {e}")))?;
+        let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        self.set_msix(&raw)?;
+        Ok(fds)
+    }
+
     fn map_bar(&self, index: u8) -> Result<MmioBar, HwError> {
         let region = self.bar_region(index)?;
         if self.bar_is_io(index)? {
@@ -209,7 +230,64 @@ impl PciFunction for VfioDevice {
     }
 }
 
+/// The header of `struct vfio_irq_set` in 32-bit words (argsz, flags,
+/// index, start, count); the eventfds follow as 32-bit ints.
+const IRQ_SET_HEADER_WORDS: usize = 5;
+
 impl VfioDevice {
+    /// How many MSI-X vectors the device offers through VFIO (0: none).
+    pub fn msix_count(&self) -> Result<u32, HwError> {
+        let mut info = ioctl::IrqInfo {
+            argsz: ioctl::argsz::<ioctl::IrqInfo>(),
+            index: ioctl::VFIO_PCI_MSIX_IRQ_INDEX,
+            ..Default::default()
+        };
+        // SAFETY: DEVICE_GET_IRQ_INFO takes a `vfio_irq_info` with argsz
+        // and index set.
+        unsafe { ioctl::with_ptr(&self.file, ioctl::DEVICE_GET_IRQ_INFO, &mut info) }
+            .map_err(|e| self.err(format!("MSI-X interrupt info: {e}")))?;
+        if info.flags & ioctl::VFIO_IRQ_INFO_EVENTFD == 0 {
+            return Ok(0);
+        }
+        Ok(info.count)
+    }
+
+    /// VFIO_DEVICE_SET_IRQS on the MSI-X index: `fds` (one per vector
+    /// from 0) with DATA_EVENTFD|ACTION_TRIGGER, or, when empty, DATA_NONE
+    /// with count 0, which disables MSI-X.
+    fn set_msix(&self, fds: &[i32]) -> Result<(), HwError> {
+        let data = if fds.is_empty() {
+            ioctl::VFIO_IRQ_SET_DATA_NONE
+        } else {
+            ioctl::VFIO_IRQ_SET_DATA_EVENTFD
+        };
+        let mut buf = vec![0u32; IRQ_SET_HEADER_WORDS + fds.len()];
+        buf[0] = (buf.len() * 4) as u32;
+        buf[1] = data | ioctl::VFIO_IRQ_SET_ACTION_TRIGGER;
+        buf[2] = ioctl::VFIO_PCI_MSIX_IRQ_INDEX;
+        buf[3] = 0;
+        buf[4] = fds.len() as u32;
+        for (w, fd) in buf[IRQ_SET_HEADER_WORDS..].iter_mut().zip(fds) {
+            *w = *fd as u32;
+        }
+        // SAFETY: `buf` is a `vfio_irq_set` (five u32 fields) followed by
+        // `count` 32-bit descriptors, `argsz` bytes in all, alive for the
+        // call; the kernel only reads it.
+        unsafe { ioctl::with_ptr(&self.file, ioctl::DEVICE_SET_IRQS, buf.as_mut_ptr()) }
+            .map(drop)
+            .map_err(|e| {
+                self.err(format!(
+                    "VFIO_DEVICE_SET_IRQS (MSI-X, {} vectors): {e}",
+                    fds.len()
+                ))
+            })
+    }
+
+    /// Disable MSI-X again (closing the device fd does it too).
+    pub fn disable_msix(&self) -> Result<(), HwError> {
+        self.set_msix(&[])
+    }
+
     fn check_config_range(&self, offset: u16, len: usize) -> Result<(), HwError> {
         if offset as u64 + len as u64 > self.config.size {
             return Err(HwError::Invalid(format!(

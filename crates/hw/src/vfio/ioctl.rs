@@ -13,12 +13,14 @@ use vfio_bindings::bindings::vfio as sys;
 pub(super) use sys::{
     vfio_device_info as DeviceInfo, vfio_group_status as GroupStatus,
     vfio_iommu_type1_dma_map as DmaMap, vfio_iommu_type1_dma_unmap as DmaUnmap,
-    vfio_region_info as RegionInfoRaw,
+    vfio_irq_info as IrqInfo, vfio_region_info as RegionInfoRaw,
 };
 pub(super) use sys::{
     VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION, VFIO_DEVICE_FLAGS_RESET, VFIO_DMA_MAP_FLAG_READ,
-    VFIO_DMA_MAP_FLAG_WRITE, VFIO_GROUP_FLAGS_VIABLE, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_REGION_INFO_FLAG_MMAP, VFIO_TYPE1_IOMMU,
+    VFIO_DMA_MAP_FLAG_WRITE, VFIO_GROUP_FLAGS_VIABLE, VFIO_IRQ_INFO_EVENTFD,
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+    VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_TYPE1_IOMMU,
 };
 
 const fn io(n: u32) -> libc::Ioctl {
@@ -38,6 +40,8 @@ pub(super) const GROUP_GET_DEVICE_FD: libc::Ioctl = io(6);
 // On a device fd.
 pub(super) const DEVICE_GET_INFO: libc::Ioctl = io(7);
 pub(super) const DEVICE_GET_REGION_INFO: libc::Ioctl = io(8);
+pub(super) const DEVICE_GET_IRQ_INFO: libc::Ioctl = io(9);
+pub(super) const DEVICE_SET_IRQS: libc::Ioctl = io(10);
 pub(super) const DEVICE_RESET: libc::Ioctl = io(11);
 
 /// An ioctl whose argument is a plain integer.
@@ -95,6 +99,8 @@ mod tests {
         assert_eq!(DEVICE_GET_REGION_INFO, 0x3b6c);
         assert_eq!(IOMMU_MAP_DMA, 0x3b71);
         assert_eq!(IOMMU_UNMAP_DMA, 0x3b72);
+        assert_eq!(DEVICE_GET_IRQ_INFO, 0x3b6d);
+        assert_eq!(DEVICE_SET_IRQS, 0x3b6e);
     }
 
     #[test]
@@ -103,5 +109,6 @@ mod tests {
         assert_eq!(argsz::<RegionInfoRaw>(), 32);
         assert_eq!(argsz::<DmaMap>(), 32);
         assert_eq!(argsz::<DmaUnmap>(), 24);
+        assert_eq!(argsz::<IrqInfo>(), 16);
     }
 }

@@ -13,7 +13,9 @@
 //! output port fills it in, in hardware if it can, in software
 //! otherwise; verifying trusts a verdict the receiving port left in the
 //! metadata (`L4_CSUM_GOOD`/`L4_CSUM_BAD`) and checks in software when
-//! there is none.
+//! there is none. A packet whose metadata says its checksum is still to
+//! be filled in (`L4_CSUM`: a partial checksum from a local sender's
+//! transmit offload, as AF_PACKET reports it) verifies good either way.
 
 use super::csum::{self, Verdict};
 use crate::args::{ArgError, Args};
@@ -101,7 +103,10 @@ impl Module for L4Checksum {
         for mut p in batch.drain() {
             let gate = if self.verify {
                 let port = self.hw.then(|| p.offload()).flatten();
-                let v = match port {
+                let v = match port.or_else(|| p.offload().filter(|o| o.has(ol::L4_CSUM))) {
+                    // Still to be filled in (a local sender's transmit
+                    // offload): nothing to verify yet, as in Linux.
+                    Some(o) if o.has(ol::L4_CSUM) => Verdict::Good,
                     Some(o) if o.has(ol::L4_CSUM_BAD) => Verdict::Bad,
                     Some(o) if o.has(ol::L4_CSUM_GOOD) => Verdict::Good,
                     _ => verify_all(p.data()),
@@ -112,6 +117,10 @@ impl Module for L4Checksum {
                     ask_hardware(&mut p);
                 } else {
                     set_all(p.data_mut());
+                    // Done: a request a port left in the metadata goes.
+                    if let Some(o) = p.offload_mut() {
+                        o.flags &= !ol::L4_CSUM;
+                    }
                 }
                 0
             };

@@ -3,9 +3,14 @@
 //! full) are dropped and counted here.
 //!
 //! Offload state a packet carries (checksums to fill in, a VLAN tag to
-//! insert; `nfkit_hw::pool::offload`) is done here in software before
+//! insert; `nfkit_hw::pool::offload`) is split by the port's
+//! capabilities (`Port::capabilities`): what the port does itself is
+//! left on the packet for it, the rest is done here in software before
 //! the port sees the packet; a packet whose state does not fit it, or
-//! asks for segmentation, is dropped and counted (`bad_offload`).
+//! asks for segmentation the port cannot do, is dropped and counted
+//! (`bad_offload`). A chained frame the port cannot carry (it takes one
+//! buffer per frame, or the frame is past its maximum) is dropped and
+//! counted (`too_large`).
 
 use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module};
@@ -19,8 +24,12 @@ pub struct PortOut {
     queue: Option<usize>,
     /// The port's transmit queues (fixed when it was opened).
     tx_queues: usize,
+    /// What the port does itself.
+    caps: nfkit_port::Caps,
     /// Packets dropped for offload state software could not carry out.
     bad_offload: u64,
+    /// Chained frames the port cannot carry.
+    too_large: u64,
 }
 
 impl PortOut {
@@ -28,18 +37,44 @@ impl PortOut {
     pub fn new(port: SharedPort) -> PortOut {
         PortOut {
             tx_queues: port.tx_queues().max(1),
+            caps: port.capabilities(),
             port,
             queue: None,
             bad_offload: 0,
+            too_large: 0,
         }
     }
     /// Send on queue `queue` of `port` only (QueueOut).
     pub fn queue(port: SharedPort, queue: usize) -> PortOut {
         PortOut {
             tx_queues: port.tx_queues().max(1),
+            caps: port.capabilities(),
             port,
             queue: Some(queue),
             bad_offload: 0,
+            too_large: 0,
+        }
+    }
+}
+
+impl PortOut {
+    /// Packets with offload state or chains: finish the one, drop the
+    /// chains the port cannot carry.
+    #[cold]
+    #[inline(never)]
+    fn marked(&mut self, ctx: &mut Ctx<'_>, marks: nfkit_hw::pool::Marks, batch: &mut Batch) {
+        if marks.offload() {
+            let bad = nfkit_port::prepare_tx(batch, self.caps);
+            self.bad_offload += bad;
+            ctx.count_dropped(bad);
+        }
+        if marks.chained() {
+            let (chains, max) = (self.port.tx_chains(), self.port.max_frame());
+            let before = batch.len();
+            batch.retain(|p| !p.is_chained() || (chains && p.pkt_len() <= max));
+            let n = (before - batch.len()) as u64;
+            self.too_large += n;
+            ctx.count_dropped(n);
         }
     }
 }
@@ -72,13 +107,10 @@ impl Module for PortOut {
                 w % n
             }
         });
-        // One OR per packet (the flag is in the buffer handle).
-        if batch.any_offload() {
-            let before = batch.len();
-            batch.retain(|p| nfkit_packet::offload_meta::finish_in_software(p).is_ok());
-            let bad = (before - batch.len()) as u64;
-            self.bad_offload += bad;
-            ctx.count_dropped(bad);
+        // One OR per packet (the flags are in the buffer handle).
+        let marks = batch.marks();
+        if marks.any() {
+            self.marked(ctx, marks, batch);
         }
         // The worker owns the queue: no lock. Buffered output (a capture
         // file) is flushed by the pipeline when it pauses.
@@ -87,7 +119,10 @@ impl Module for PortOut {
         // What is left is dropped and counted by the caller.
     }
     fn extra_stats(&self) -> Vec<(&'static str, u64)> {
-        vec![("bad_offload", self.bad_offload)]
+        vec![
+            ("bad_offload", self.bad_offload),
+            ("too_large", self.too_large),
+        ]
     }
 }
 

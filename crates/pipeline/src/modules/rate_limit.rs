@@ -166,7 +166,8 @@ impl RateLimit {
             rate,
             own_rate: false,
             due: now as u128 * rate as u128,
-            queue: VecDeque::with_capacity(self.max_queue.min(64)),
+            // Grown on demand: thousands of mostly short queues stay small.
+            queue: VecDeque::new(),
         });
         self.map.insert(key, f);
         Some(f)

@@ -9,7 +9,8 @@
 //! A run may overdraw the bucket; the class then blocks until the debt is
 //! repaid (`wake = now + ceil(debt / limit)`), so the long-run rate is
 //! exact whatever the batch size. While blocked-free, tokens accrue up to
-//! `max_burst` units.
+//! `max_burst` units; what the cap cuts off is kept as `tokens_lost`
+//! (the class was idle, or its worker late: why a rate fell short).
 
 use super::{Resource, Usage};
 
@@ -25,6 +26,8 @@ pub struct RateLimit {
     tokens: i128,
     last: Option<u64>,
     throttled: bool,
+    /// Tokens cut off at the cap and not yet taken by [`take_lost`](Self::take_lost).
+    lost: i128,
 }
 
 impl RateLimit {
@@ -37,6 +40,7 @@ impl RateLimit {
             tokens: 0,
             last: None,
             throttled: false,
+            lost: 0,
         }
     }
     pub fn resource(&self) -> Resource {
@@ -57,12 +61,28 @@ impl RateLimit {
         let last = self.last.unwrap_or(now);
         let dt = now.saturating_sub(last) as i128;
         self.last = Some(now.max(last));
-        self.tokens = (self.tokens + self.limit as i128 * dt).min(self.cap);
+        let full = self.tokens + self.limit as i128 * dt;
+        if full > self.cap {
+            self.lost += full - self.cap;
+            self.tokens = self.cap;
+        } else {
+            self.tokens = full;
+        }
+    }
+
+    /// Units lost at the cap since the last call (whole units; the
+    /// fraction stays for the next call).
+    pub fn take_lost(&mut self) -> u64 {
+        let units = self.lost / NANOS;
+        self.lost -= units * NANOS;
+        units.min(u64::MAX as i128) as u64
     }
 
     /// Charge a run's usage; returns when to wake up if the bucket is
     /// now in debt.
     pub fn consume(&mut self, usage: &Usage, now: u64) -> Option<u64> {
+        // The bucket starts with the class's first run, not its end.
+        self.last.get_or_insert(now.saturating_sub(usage.cycles));
         self.refill(now);
         self.tokens -= self.resource.get(usage) as i128 * NANOS;
         if self.tokens >= 0 {

@@ -38,6 +38,8 @@ pub struct TcCounters {
     pub bits: Counter,
     /// Times a rate limit blocked the class.
     pub throttled: Counter,
+    /// A rate limit's tokens cut off at its burst cap (units).
+    pub tokens_lost: Counter,
 }
 
 /// A copy of one class's counters.
@@ -51,6 +53,11 @@ pub struct TcStats {
     pub packets: u64,
     pub bits: u64,
     pub throttled: u64,
+    /// Tokens a rate limit lost at its burst cap (its units): the class
+    /// was idle, or its worker late.
+    pub tokens_lost: u64,
+    /// A rate limit's resource and units per second.
+    pub limit: Option<(super::Resource, u64)>,
 }
 
 /// A tree of traffic classes.
@@ -240,7 +247,12 @@ impl TcTree {
             c.packets.add(usage.packets);
             c.bits.add(usage.bits);
             if let Policy::RateLimit(rl, _) = &mut self.classes[id].policy {
-                if let Some(wake) = rl.consume(usage, now) {
+                let wake = rl.consume(usage, now);
+                let lost = rl.take_lost();
+                if lost > 0 {
+                    self.classes[id].counters.tokens_lost.add(lost);
+                }
+                if let Some(wake) = wake {
                     self.classes[id].counters.throttled.add(1);
                     self.wakeups.push(Reverse((wake, id)));
                     self.refresh(id);
@@ -269,7 +281,12 @@ impl TcTree {
             let Policy::RateLimit(rl, _) = &mut self.classes[id].policy else {
                 continue;
             };
-            match rl.wake(now) {
+            let woke = rl.wake(now);
+            let lost = rl.take_lost();
+            if lost > 0 {
+                self.classes[id].counters.tokens_lost.add(lost);
+            }
+            match woke {
                 Ok(()) => self.refresh(id),
                 Err(later) => self.wakeups.push(Reverse((later, id))),
             }
@@ -305,6 +322,11 @@ impl TcTree {
                 packets: c.counters.packets.get(),
                 bits: c.counters.bits.get(),
                 throttled: c.counters.throttled.get(),
+                tokens_lost: c.counters.tokens_lost.get(),
+                limit: match &c.policy {
+                    Policy::RateLimit(rl, _) => Some((rl.resource(), rl.limit())),
+                    _ => None,
+                },
             })
             .collect()
     }
@@ -416,7 +438,8 @@ impl Scheduler {
     /// wait for the next wake-up and count the time as idle. Returns
     /// whether a task ran.
     pub fn run_once(&mut self, mut run: impl FnMut(usize, u64) -> (u64, u64)) -> bool {
-        let mut now = self.last_ns;
+        let start = self.last_ns;
+        let mut now = start;
         self.tree.wake(now);
         let mut next = self.tree.pick();
         if next.is_none() {
@@ -425,6 +448,10 @@ impl Scheduler {
             now = self.clock.now_ns();
             self.tree.wake(now);
             next = self.tree.pick();
+            if next.is_some() {
+                // The time since the last round's end was spent waiting.
+                self.counters.idle_ns.add(now.saturating_sub(start));
+            }
         }
         let Some((leaf, task)) = next else {
             let until = self
@@ -434,7 +461,9 @@ impl Scheduler {
                 .min(now + MAX_IDLE_NS);
             self.clock.idle_until(until);
             self.last_ns = self.clock.now_ns();
-            self.counters.idle_ns.add(self.last_ns.saturating_sub(now));
+            self.counters
+                .idle_ns
+                .add(self.last_ns.saturating_sub(start));
             return false;
         };
         let (packets, bits) = run(task, now);

@@ -17,6 +17,10 @@ pub struct Wire {
     /// Refuse to send more than this many frames per call.
     pub tx_limit: Option<usize>,
     pub stats: Vec<QueueStats>,
+    /// What the port says it does itself (`Port::capabilities`).
+    pub caps: nfkit_port::Caps,
+    /// The offload state each sent frame still had, in order.
+    pub tx_offload: Vec<Option<nfkit_hw::pool::Offload>>,
 }
 
 pub struct MemPort {
@@ -36,6 +40,8 @@ impl MemPort {
             tx: vec![Vec::new(); queues],
             tx_limit: None,
             stats: vec![QueueStats::default(); queues],
+            caps: nfkit_port::Caps::NONE,
+            tx_offload: Vec::new(),
         };
         MemPort {
             name: name.into(),
@@ -85,6 +91,7 @@ impl Port for MemPort {
             w.stats[queue].tx_packets += 1;
             w.stats[queue].tx_bytes += p.len() as u64;
             w.tx[queue].push(p.data().to_vec());
+            w.tx_offload.push(p.offload().copied());
         }
         n
     }
@@ -96,6 +103,9 @@ impl Port for MemPort {
     }
     fn mac(&self) -> [u8; 6] {
         [2, 0, 0, 0, 0, 1]
+    }
+    fn capabilities(&self) -> nfkit_port::Caps {
+        self.wire.lock().caps
     }
     fn pool(&self) -> &Mempool {
         &self.pool

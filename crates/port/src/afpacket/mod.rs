@@ -37,16 +37,29 @@
 //!
 //! Interfaces keep their default offloads. The kernel's `virtio_net_hdr`
 //! before each received frame says whether its TCP/UDP checksum is
-//! partial (the sender's transmit checksum offload): nfkit completes it.
+//! partial (the sender's transmit checksum offload) or was verified:
+//! the port puts that in the packet's offload metadata (`L4_CSUM`, a
+//! checksum still to fill in; `L4_CSUM_GOOD`), and the port that sends
+//! the packet fills it in (this one through the kernel: the transmit
+//! `virtio_net_hdr` asks for it; others in software before they see
+//! it). A partial checksum at an offset nfkit does not parse (IPv6
+//! extension headers, unknown tunnels) is completed here in software.
+//! Capabilities: `tx-l4-csum tx-inner-l4-csum rx-l4-csum
+//! rx-partial-csum`; the kernel's segmentation is not offered (a buffer
+//! holds one frame), and received super-frames are cut here.
 //! A super-frame from segmentation offload (TSO: up to 64 KiB) does not
 //! fit a slot; with `PACKET_COPY_THRESH` (TPACKET_V2) the kernel also
 //! queues it whole on the socket, where nfkit reads it and cuts it into
 //! MTU-sized segments as the NIC the sender expected would have
-//! ([`nfkit_packet::offload::segment`]). Under TPACKET_V3 (no such
-//! copy), and for frames larger than a buffer without segmentation
-//! (jumbo MTU), they are dropped and counted in `rx_errors` with a
-//! warning naming the fix; drops in the kernel ring
-//! (`PACKET_STATISTICS`) are counted in `rx_dropped`.
+//! ([`nfkit_packet::offload::segment`]). Jumbo frames (MTU up to 65,535)
+//! arrive the same way, or whole in their slot, and become chained
+//! buffers; frames larger than a TX slot are sent with one `sendmsg`
+//! gathering their segments, on a second socket without rings (one
+//! with a TX ring sends only what its ring holds). Under TPACKET_V3 (no such copy) frames
+//! larger than a buffer are dropped and counted in `rx_errors` with a
+//! warning naming the fix (and an MTU above a buffer is refused at
+//! open); drops in the kernel ring (`PACKET_STATISTICS`) are counted in
+//! `rx_dropped`.
 
 #[allow(unsafe_code)]
 pub mod ring;
@@ -55,6 +68,7 @@ use crate::open::{software_pool, OpenOptions};
 use crate::spec::AfPacketSpec;
 use crate::spec::TpacketVersion;
 use crate::{sys, Batch, Mempool, PktBuf, Port, PortError, QueueStats};
+use nfkit_hw::pool::offload::{self as ol, cap, Caps};
 use nfkit_hw::PoolCache;
 use nfkit_packet::offload::{self, GsoKind};
 use ring::{version_sockopt, Rings, RxFrame, TX_ROOM, VNET_HDR_LEN};
@@ -77,6 +91,10 @@ const PACKET_COPY_THRESH: libc::c_int = 7;
 const ETH_HLEN: usize = 14;
 const VLAN_HLEN: usize = 4;
 
+/// The largest frame the port carries with TPACKET_V2 (an MTU of 65,535
+/// with its Ethernet header and one tag).
+const MAX_FRAME: usize = 65_535 + ETH_HLEN + VLAN_HLEN;
+
 /// The largest frame the kernel hands over whole (a 64 KiB GSO
 /// super-frame with its Ethernet header and tag), with its vnet header.
 const SUPER_FRAME: usize = VNET_HDR_LEN + 65_536 + ETH_HLEN + 2 * VLAN_HLEN;
@@ -88,6 +106,10 @@ const SUPER_RCVBUF: libc::c_int = 8 << 20;
 
 struct Queue {
     fd: OwnedFd,
+    /// A socket without rings for frames larger than a TX slot (a socket
+    /// with a TX ring sends only what is on the ring), bound to the
+    /// interface for sending only (protocol 0: it receives nothing).
+    big_tx: OwnedFd,
     ring: Rings,
     stats: QueueStats,
     /// Kernel ring drops read so far (PACKET_STATISTICS resets on read).
@@ -124,16 +146,26 @@ impl Queue {
         }
         let pending = &mut self.pending;
         let mut short = false;
-        let mut push = |seg: &[u8]| match cache.alloc() {
-            Some(mut b) => {
-                if seg.len() <= room && b.copy_from(seg).is_ok() {
-                    pending.push_back(b);
-                } else {
-                    short = true;
-                    cache.free(b);
+        let mut push = |seg: &[u8]| {
+            if seg.len() > room {
+                // A jumbo frame or segment: a chain of buffers.
+                match cache.pool().alloc_frame(seg) {
+                    Ok(b) => pending.push_back(b),
+                    Err(_) => short = true,
                 }
+                return;
             }
-            None => short = true,
+            match cache.alloc() {
+                Some(mut b) => {
+                    if b.copy_from(seg).is_ok() {
+                        pending.push_back(b);
+                    } else {
+                        short = true;
+                        cache.free(b);
+                    }
+                }
+                None => short = true,
+            }
         };
         match GsoKind::from_vnet(gso_type) {
             Some(kind) => {
@@ -143,7 +175,7 @@ impl Queue {
                     return false;
                 }
             }
-            None if gso_type == 0 && frame.len() <= room => push(frame),
+            None if gso_type == 0 => push(frame),
             None => return false,
         }
         if short {
@@ -169,6 +201,9 @@ pub struct AfPacketPort {
     mac: [u8; 6],
     /// The interface's MTU when the port was opened.
     mtu: usize,
+    /// Largest frame received and sent (MTU + header + tag; a buffer
+    /// under TPACKET_V3).
+    max_frame: usize,
     warned_oversize: bool,
     warned_tx_len: bool,
     warned_tx: bool,
@@ -195,7 +230,13 @@ impl AfPacketPort {
         let queues = (0..spec.queues)
             .map(|_| open_queue(name, ifindex, spec.tpacket, rx_slots, fanout))
             .collect::<Result<Vec<_>, _>>()?;
-        let mtu = check_mtu(name, &spec.iface, pool.data_room())?;
+        // TPACKET_V2 receives a frame larger than a slot whole from the
+        // socket (PACKET_COPY_THRESH); V3 has no such path.
+        let room = match spec.tpacket {
+            TpacketVersion::V2 => MAX_FRAME,
+            _ => pool.data_room().min(TX_ROOM),
+        };
+        let mtu = check_mtu(name, &spec.iface, room)?;
         Ok(AfPacketPort {
             name: name.to_string(),
             ifname: spec.iface.clone(),
@@ -206,6 +247,10 @@ impl AfPacketPort {
             pool,
             mac: crate::netdev::read_mac(&spec.iface).unwrap_or([0; 6]),
             mtu,
+            max_frame: match spec.tpacket {
+                TpacketVersion::V2 => mtu + ETH_HLEN + VLAN_HLEN,
+                _ => room,
+            },
             warned_oversize: false,
             warned_tx_len: false,
             warned_tx: false,
@@ -231,7 +276,6 @@ fn check_mtu(port: &str, iface: &str, room: usize) -> Result<usize, PortError> {
     let mtu: Option<usize> = std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
         .ok()
         .and_then(|s| s.trim().parse().ok());
-    let room = room.min(TX_ROOM);
     match mtu {
         // Ethernet header and one VLAN tag on top of the MTU.
         Some(m) if m + ETH_HLEN + VLAN_HLEN > room => Err(PortError::config(
@@ -297,9 +341,20 @@ fn open_queue(
         sys::setsockopt(s, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)
             .map_err(os("cannot join the fanout group"))?;
     }
+    let big_tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
+        .map_err(os("cannot create a packet socket"))?;
+    sys::setsockopt(
+        big_tx.as_fd(),
+        libc::SOL_PACKET,
+        libc::PACKET_QDISC_BYPASS,
+        &1,
+    )
+    .map_err(os("PACKET_QDISC_BYPASS"))?;
+    sys::bind_packet(big_tx.as_fd(), ifindex, 0).map_err(os("cannot bind to the interface"))?;
     Ok(Queue {
         ring,
         fd,
+        big_tx,
         stats: QueueStats::default(),
         kernel_drops: Cell::new(0),
         whole: vec![0; SUPER_FRAME],
@@ -309,22 +364,63 @@ fn open_queue(
 }
 
 /// Copy a ring frame into `b`, putting back a VLAN tag the kernel took
-/// out, and completing a checksum the kernel left partial (the sender's
-/// transmit checksum offload: no NIC will finish it on the way out).
-/// Returns false if it does not fit.
+/// out, and giving it the checksum state the kernel reported: a partial
+/// checksum (the sender's transmit checksum offload) becomes an
+/// `L4_CSUM` request for the port that sends it, a verified one
+/// `L4_CSUM_GOOD`. A partial checksum where nfkit's parser does not find
+/// a TCP/UDP header is completed here. Returns false if it does not fit.
 fn copy_frame(f: &RxFrame<'_>, b: &mut PktBuf) -> bool {
     if !copy_data(f, b) {
         return false;
     }
     if let Some((start, offset)) = f.needs_csum {
         let shift = b.len() - f.data.len(); // a VLAN tag put back
+        let start = usize::from(start) + shift;
+        match nfkit_packet::offload_meta::describe(b.data()) {
+            Some(mut o)
+                if o.l4_start() == start
+                    && o.l4.csum_offset() == Some(offset)
+                    && o.check(b.len()).is_ok() =>
+            {
+                o.flags = ol::L4_CSUM;
+                b.set_offload(o);
+            }
+            _ => {
+                nfkit_packet::offload::complete_partial(b.data_mut(), start, usize::from(offset));
+            }
+        }
+    } else if f.data_valid {
+        b.set_offload(ol::Offload {
+            flags: ol::L4_CSUM_GOOD,
+            ..ol::Offload::default()
+        });
+    }
+    true
+}
+
+/// A ring frame larger than a buffer, as [`copy_frame`] would make it,
+/// in a vector (to be chained).
+fn frame_vec(f: &RxFrame<'_>) -> Vec<u8> {
+    let tag = f.vlan.filter(|&(_, tci)| tci != 0 || f.data.len() >= 12);
+    let mut v = Vec::with_capacity(f.data.len() + VLAN_HLEN);
+    match tag {
+        Some((tpid, tci)) if f.data.len() >= 12 => {
+            v.extend_from_slice(&f.data[..12]);
+            v.extend_from_slice(&tpid.to_be_bytes());
+            v.extend_from_slice(&tci.to_be_bytes());
+            v.extend_from_slice(&f.data[12..]);
+        }
+        _ => v.extend_from_slice(f.data),
+    }
+    if let Some((start, offset)) = f.needs_csum {
+        let shift = v.len() - f.data.len();
         nfkit_packet::offload::complete_partial(
-            b.data_mut(),
+            &mut v,
             usize::from(start) + shift,
             usize::from(offset),
         );
     }
-    true
+    v
 }
 
 fn copy_data(f: &RxFrame<'_>, b: &mut PktBuf) -> bool {
@@ -346,13 +442,13 @@ fn copy_data(f: &RxFrame<'_>, b: &mut PktBuf) -> bool {
     true
 }
 
-/// Whether the kernel would take `frame` on an interface with `mtu`:
-/// an Ethernet header at least, the MTU plus the header (plus an 802.1Q
-/// tag if the frame has one) at most.
-fn sendable(frame: &[u8], mtu: usize) -> bool {
-    let tagged = frame.get(12..14) == Some(&[0x81, 0x00][..]);
+/// Whether the kernel would take a frame of `len` bytes starting with
+/// `head` on an interface with `mtu`: an Ethernet header at least, the
+/// MTU plus the header (plus an 802.1Q tag if the frame has one) at most.
+fn sendable(head: &[u8], len: usize, mtu: usize) -> bool {
+    let tagged = head.get(12..14) == Some(&[0x81, 0x00][..]);
     let max = mtu + ETH_HLEN + if tagged { VLAN_HLEN } else { 0 };
-    (ETH_HLEN..=max.min(TX_ROOM)).contains(&frame.len())
+    (ETH_HLEN..=max).contains(&len)
 }
 
 impl AfPacketPort {
@@ -436,6 +532,7 @@ impl Port for AfPacketPort {
             };
             let mut got = false;
             let mut whole = false;
+            let mut chain = None;
             q.ring.rx_next(|f| {
                 if f.pkttype == libc::PACKET_OUTGOING {
                     return;
@@ -444,12 +541,29 @@ impl Port for AfPacketPort {
                     whole = true;
                     return;
                 }
-                if f.wire_len > f.data.len() || f.wire_len > room || !copy_frame(&f, &mut b) {
+                if f.wire_len > f.data.len() {
+                    oversize += 1;
+                    return;
+                }
+                if f.wire_len > room {
+                    // Whole in its slot but larger than a buffer: a chain.
+                    match self.pool.alloc_frame(&frame_vec(&f)) {
+                        Ok(c) => chain = Some(c),
+                        Err(_) => oversize += 1,
+                    }
+                    return;
+                }
+                if !copy_frame(&f, &mut b) {
                     oversize += 1;
                     return;
                 }
                 got = true;
             });
+            if let Some(c) = chain {
+                q.stats.rx_bytes += c.pkt_len() as u64;
+                batch.push(c);
+                n += 1;
+            }
             if got {
                 q.stats.rx_bytes += b.len() as u64;
                 batch.push(b);
@@ -488,9 +602,37 @@ impl Port for AfPacketPort {
         let mut refused = 0;
         for b in batch.iter() {
             let frame = b.data();
-            if !sendable(frame, mtu) {
+            // Offload state reaching here is what this port does itself
+            // (`capabilities`): the TCP/UDP checksum, through the kernel.
+            let csum = b
+                .offload()
+                .filter(|o| o.has(ol::L4_CSUM))
+                .and_then(|o| Some((u16::try_from(o.l4_start()).ok()?, o.l4.csum_offset()?)));
+            if !sendable(frame, b.pkt_len(), mtu) {
                 refused += 1;
-            } else if q.ring.tx_push(frame) {
+            } else if b.is_chained() || frame.len() > TX_ROOM {
+                // Larger than a TX slot: gathered straight to the socket,
+                // after what waits on the ring.
+                if q.ring.tx_waiting() {
+                    let _ = sys::kick_tx(q.fd.as_fd());
+                }
+                let parts: Vec<&[u8]> = b.segments().collect();
+                match sys::send_parts(q.big_tx.as_fd(), &parts) {
+                    Ok(_) => {
+                        q.stats.tx_packets += 1;
+                        q.stats.tx_bytes += b.pkt_len() as u64;
+                    }
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)
+                        ) =>
+                    {
+                        break
+                    }
+                    Err(_) => refused += 1,
+                }
+            } else if q.ring.tx_push(frame, csum) {
                 queued += 1;
                 q.stats.tx_bytes += frame.len() as u64;
             } else {
@@ -552,8 +694,27 @@ impl Port for AfPacketPort {
         self.mac
     }
 
+    /// Through `PACKET_VNET_HDR`: the kernel fills in TCP/UDP checksums
+    /// at any offset (the interface's hardware, or software on the way
+    /// out) and reports partial and verified checksums of received
+    /// frames.
+    fn capabilities(&self) -> Caps {
+        Caps::new(
+            cap::TX_L4_CSUM | cap::TX_INNER_L4_CSUM | cap::RX_L4_CSUM | cap::RX_PARTIAL_CSUM,
+            (self.mtu + ETH_HLEN + VLAN_HLEN) as u32,
+        )
+    }
+
     fn pool(&self) -> &Mempool {
         &self.pool
+    }
+
+    fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    fn tx_chains(&self) -> bool {
+        true
     }
 
     fn take_error(&mut self) -> Option<PortError> {
@@ -582,6 +743,7 @@ impl Port for AfPacketPort {
                     rx_cache: self.pool.cache(RX_CACHE),
                     mac: self.mac,
                     mtu: self.mtu,
+                    max_frame: self.max_frame,
                     warned_oversize: false,
                     warned_tx_len: false,
                     warned_tx: false,
@@ -611,13 +773,15 @@ mod tests {
             f[12..14].copy_from_slice(&[0x81, 0x00]);
             f
         };
-        assert!(!sendable(&plain(13), 1500));
-        assert!(sendable(&plain(14), 1500));
-        assert!(sendable(&plain(1514), 1500));
-        assert!(!sendable(&plain(1515), 1500));
-        assert!(sendable(&tagged(1518), 1500));
-        assert!(!sendable(&tagged(1519), 1500));
-        // Never more than a TX slot holds, whatever the MTU.
-        assert!(!sendable(&plain(TX_ROOM + 1), 9000));
+        let ok = |f: Vec<u8>, mtu| sendable(&f, f.len(), mtu);
+        assert!(!ok(plain(13), 1500));
+        assert!(ok(plain(14), 1500));
+        assert!(ok(plain(1514), 1500));
+        assert!(!ok(plain(1515), 1500));
+        assert!(ok(tagged(1518), 1500));
+        assert!(!ok(tagged(1519), 1500));
+        // Jumbo frames (past a TX slot) go straight to the socket.
+        assert!(ok(plain(9014), 9000));
+        assert!(!ok(plain(9015), 9000));
     }
 }

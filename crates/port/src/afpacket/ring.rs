@@ -28,8 +28,9 @@
 //!   why V2 is the default.
 //!
 //! The socket has `PACKET_VNET_HDR` on, so a `struct virtio_net_hdr`
-//! precedes every frame: on RX the kernel writes it (we skip it, `tp_mac`
-//! points past it); on TX we write one that says "no offload" with
+//! precedes every frame: on RX the kernel writes it (`tp_mac` points
+//! past it; we read its checksum flags); on TX we write one that asks
+//! for the TCP/UDP checksum when the packet's offload state does, with
 //! `hdr_len` = the whole frame, which makes the kernel copy the frame
 //! into one linear socket buffer instead of attaching the ring's page
 //! behind a 14-byte head (the linear buffer is cheaper to forward).
@@ -185,6 +186,9 @@ pub struct RxFrame<'a> {
     /// to be completed from `csum_start` (from the frame's start, before
     /// any VLAN tag is put back) into the field `csum_offset` further.
     pub needs_csum: Option<(u16, u16)>,
+    /// The kernel verified the TCP/UDP checksum
+    /// (`VIRTIO_NET_HDR_F_DATA_VALID`, its `CHECKSUM_UNNECESSARY`).
+    pub data_valid: bool,
     /// The frame is a segmentation-offload super-frame (`gso_type` set).
     pub gso: bool,
     /// The frame did not fit its slot, and the kernel queued all of it
@@ -201,6 +205,7 @@ const MALFORMED: RxFrame<'static> = RxFrame {
     pkttype: 0,
     vlan: None,
     needs_csum: None,
+    data_valid: false,
     gso: false,
     copied: false,
 };
@@ -210,6 +215,7 @@ const TP_STATUS_COPY: u32 = 1 << 1;
 
 /// `virtio_net_hdr` flags and fields the receive side reads.
 pub const VNET_F_NEEDS_CSUM: u8 = 1;
+pub const VNET_F_DATA_VALID: u8 = 2;
 pub const VNET_GSO_TYPE_AT: usize = 1;
 pub const VNET_GSO_SIZE_AT: usize = 4;
 pub const VNET_CSUM_START_AT: usize = 6;
@@ -536,13 +542,14 @@ impl Rings {
         let pkttype = unsafe { *self.at(hdr + l.pkttype()) };
         // The kernel writes the frame's virtio_net_hdr right before it
         // (tp_mac leaves room for it behind the header).
-        let (mut needs_csum, mut gso) = (None, false);
+        let (mut needs_csum, mut gso, mut data_valid) = (None, false, false);
         if mac >= l.end + VNET_HDR_LEN {
             let v = start - VNET_HDR_LEN;
             // SAFETY: two bytes inside the slot, between the frame header
             // and the frame (checked just above).
             let (flags, gso_type) = unsafe { (*self.at(v), *self.at(v + 1)) };
             gso = gso_type != 0;
+            data_valid = flags & VNET_F_DATA_VALID != 0;
             if flags & VNET_F_NEEDS_CSUM != 0 {
                 needs_csum = Some((
                     self.read_u16(v + VNET_CSUM_START_AT),
@@ -556,6 +563,7 @@ impl Rings {
             pkttype,
             vlan,
             needs_csum,
+            data_valid,
             gso,
             copied: status & TP_STATUS_COPY != 0,
         }
@@ -564,8 +572,11 @@ impl Rings {
     /// Copy `frame` (at most [`TX_ROOM`] bytes; the caller checks) into
     /// the next TX slot, if the kernel has given it back, and hand it
     /// over: it leaves at the next `send` on the socket. Returns false
-    /// when every slot is still waiting for the kernel.
-    pub fn tx_push(&mut self, frame: &[u8]) -> bool {
+    /// when every slot is still waiting for the kernel. `csum`: the
+    /// kernel is to fill in the TCP/UDP checksum (`csum_start`,
+    /// `csum_offset`; the field holds the pseudo-header sum), in the
+    /// interface's hardware or in software on its way out.
+    pub fn tx_push(&mut self, frame: &[u8], csum: Option<(u16, u16)>) -> bool {
         debug_assert!(frame.len() <= TX_ROOM);
         let l = self.layout;
         let slot = self.tx.current();
@@ -576,6 +587,12 @@ impl Rings {
         let len = frame.len().min(TX_ROOM);
         let mut vnet = [0u8; VNET_HDR_LEN];
         vnet[VNET_HDR_LEN_AT..VNET_HDR_LEN_AT + 2].copy_from_slice(&(len as u16).to_ne_bytes());
+        if let Some((start, offset)) = csum {
+            vnet[0] = VNET_F_NEEDS_CSUM;
+            vnet[VNET_CSUM_START_AT..VNET_CSUM_START_AT + 2].copy_from_slice(&start.to_ne_bytes());
+            vnet[VNET_CSUM_OFFSET_AT..VNET_CSUM_OFFSET_AT + 2]
+                .copy_from_slice(&offset.to_ne_bytes());
+        }
         self.write(slot + l.end, &vnet);
         self.write(slot + l.end + VNET_HDR_LEN, &frame[..len]);
         let tp_len = ((VNET_HDR_LEN + len) as u32).to_ne_bytes();

@@ -92,6 +92,13 @@ pub const DEFAULT_RING: u32 = 512;
 /// `XDP_FLAGS_SKB_MODE` / `XDP_FLAGS_DRV_MODE` (linux/if_link.h).
 const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// `BPF_F_XDP_HAS_FRAGS` (linux/bpf.h): the program handles frames in
+/// several buffers.
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
+/// `XDP_USE_SG` (linux/if_xdp.h, kernel 6.6): frames may span several
+/// UMEM frames (descriptors chained with `XDP_PKT_CONTD`).
+const XDP_USE_SG: u16 = 1 << 4;
+
 /// Kicks per `tx_batch` at most: in copy mode each `sendto` sends up to
 /// 32 frames and answers EAGAIN when more are waiting.
 const MAX_KICKS: usize = 8;
@@ -121,6 +128,10 @@ pub struct AfXdpPort {
     mac: [u8; 6],
     zero_copy: bool,
     native: bool,
+    /// Largest frame carried: the interface's MTU with its header and
+    /// a tag, within what the sockets take (several UMEM frames with
+    /// `XDP_USE_SG`, else one buffer).
+    max_frame: usize,
     error: Option<PortError>,
     /// Shared by the parts of a split port: the program stays attached
     /// while any part is open.
@@ -161,7 +172,11 @@ impl AfXdpPort {
         }
         let insns = prog::redirect_program(map.as_raw_fd());
         let license = c"Dual MIT/GPL";
-        let prog = sys::bpf_prog_load_xdp("nfkit_redirect", &insns, license)
+        // Frags-aware (multi-buffer frames reach it, and an interface
+        // with a jumbo MTU takes it); kernels before 5.18 know no such
+        // flag: loaded without.
+        let prog = sys::bpf_prog_load_xdp("nfkit_redirect", &insns, license, BPF_F_XDP_HAS_FRAGS)
+            .or_else(|_| sys::bpf_prog_load_xdp("nfkit_redirect", &insns, license, 0))
             .map_err(bpf_err("the kernel refused the XDP redirect program"))?;
         let (link, native) = attach(name, spec, prog.as_fd(), ifindex, zero_copy)?;
         tracing::info!(
@@ -171,7 +186,20 @@ impl AfXdpPort {
             queues = queues.len(),
             "AF_XDP port open"
         );
+        if !zero_copy {
+            if let Some(note) = copy_mode_note(&spec.iface) {
+                tracing::warn!(port = name, "{note}");
+            }
+        }
         let pool = software_pool(name, opts.pool_buffers)?;
+        let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", spec.iface))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(1500);
+        let max_frame = match queues.first() {
+            Some(q) if q.rings.max_tx_frame() > FRAME => (mtu + 18).min(q.rings.max_tx_frame()),
+            _ => pool.data_room(),
+        };
         Ok(AfXdpPort {
             name: name.to_string(),
             ifname: spec.iface.clone(),
@@ -183,6 +211,7 @@ impl AfXdpPort {
             mac: crate::netdev::read_mac(&spec.iface).unwrap_or([0; 6]),
             zero_copy,
             native,
+            max_frame,
             error: None,
             _attached: Arc::new(Attached {
                 _link: link,
@@ -200,6 +229,80 @@ impl AfXdpPort {
     /// Whether the redirect program runs in the driver (native XDP).
     pub fn native(&self) -> bool {
         self.native
+    }
+}
+
+/// `ETHTOOL_GTXCSUM`, `ETHTOOL_GTSO`, `ETHTOOL_GGSO` (linux/ethtool.h).
+const ETHTOOL_GTXCSUM: u32 = 0x16;
+const ETHTOOL_GTSO: u32 = 0x1e;
+const ETHTOOL_GGSO: u32 = 0x23;
+
+fn sys_u32(ifname: &str, file: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/{file}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The peer of a veth-like interface (its `iflink` names another
+/// interface) in this network namespace: `Ok(name)`, or `Err(ifindex)`
+/// when it is elsewhere; `None` for an interface without a peer.
+fn peer_of(ifname: &str) -> Option<Result<String, u32>> {
+    let (me, link) = (sys_u32(ifname, "ifindex")?, sys_u32(ifname, "iflink")?);
+    if link == me || link == 0 {
+        return None;
+    }
+    let here = std::fs::read_dir("/sys/class/net").ok()?.find_map(|e| {
+        let name = e.ok()?.file_name().into_string().ok()?;
+        (sys_u32(&name, "ifindex") == Some(link) && sys_u32(&name, "iflink") == Some(me))
+            .then_some(name)
+    });
+    Some(here.ok_or(link))
+}
+
+/// What copy mode means for checksums on `ifname`, to say at start-up
+/// (issue 14): the kernel does not tell an AF_XDP socket in copy mode
+/// that a frame's TCP/UDP checksum is partial, which it is when the
+/// sender on the other end of a veth has transmit checksum offload on
+/// (veth's default). `None` when there is nothing to say (no peer, or a
+/// peer with transmit checksums and segmentation off).
+pub fn copy_mode_note(ifname: &str) -> Option<String> {
+    let what = "frames sent through it with partial TCP/UDP checksums (its transmit \
+                checksum offload) reach this copy-mode socket unflagged; nfkit completes \
+                every checksum whose field holds the pseudo-header sum, in software, \
+                before forwarding";
+    match peer_of(ifname)? {
+        Ok(peer) => {
+            let on = |cmd| sys::ethtool_value(&peer, cmd).is_ok_and(|v| v != 0);
+            let mut settings = Vec::new();
+            if on(ETHTOOL_GTXCSUM) {
+                settings.push("tx-checksumming");
+            }
+            for (cmd, name) in [
+                (ETHTOOL_GTSO, "tcp-segmentation-offload"),
+                (ETHTOOL_GGSO, "generic-segmentation-offload"),
+            ] {
+                if on(cmd) {
+                    settings.push(name);
+                }
+            }
+            if settings.is_empty() {
+                return None;
+            }
+            Some(format!(
+                "AF_XDP in copy mode on `{ifname}`: its peer `{peer}` has {} on: {what}; \
+                 super-frames larger than a 1792-byte frame are dropped by the kernel \
+                 (rx_dropped). To have neither: `ethtool -K {peer} tx off tso off gso off`",
+                settings.join(", ")
+            ))
+        }
+        Err(index) => Some(format!(
+            "AF_XDP in copy mode on `{ifname}`: its peer (ifindex {index}) is in another \
+             network namespace, where nfkit cannot read its offload settings; if it has \
+             tx-checksumming on (veth's default), {what}. To avoid it: `ethtool -K PEER tx off` \
+             in that namespace"
+        )),
     }
 }
 
@@ -405,7 +508,7 @@ impl XskQueue {
                 .map_err(at("TX ring mapping"))?,
         };
         // Puts every receive frame on the fill ring.
-        let q = XskQueue {
+        let mut q = XskQueue {
             rings: SocketRings::new(ring, rings, umem),
             fd,
         };
@@ -419,14 +522,22 @@ impl XskQueue {
         // moment. Retry for a bounded time, saying so.
         let deadline = std::time::Instant::now() + BIND_BUSY_RETRY;
         let mut said = false;
+        // Multi-buffer where the kernel has it (6.6), else without.
+        let mut sg = XDP_USE_SG;
         loop {
             match sys::bind_xdp(
                 q.fd.as_fd(),
                 ifindex,
                 queue,
-                mode | libc::XDP_USE_NEED_WAKEUP,
+                mode | libc::XDP_USE_NEED_WAKEUP | sg,
                 None,
             ) {
+                Err(e) if sg != 0 && e.raw_os_error() != Some(libc::EBUSY) => {
+                    tracing::debug!(
+                        "AF_XDP bind with XDP_USE_SG failed ({e}): frames of one buffer only"
+                    );
+                    sg = 0;
+                }
                 Err(e)
                     if e.raw_os_error() == Some(libc::EBUSY)
                         && std::time::Instant::now() < deadline =>
@@ -443,6 +554,7 @@ impl XskQueue {
                 r => break r.map_err(at("bind"))?,
             }
         }
+        q.rings.set_multi_buffer(sg != 0);
         Ok(q)
     }
 
@@ -583,6 +695,14 @@ impl Port for AfXdpPort {
         &self.pool
     }
 
+    fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    fn tx_chains(&self) -> bool {
+        self.max_frame > self.pool.data_room()
+    }
+
     fn take_error(&mut self) -> Option<PortError> {
         self.error.take()
     }
@@ -609,6 +729,7 @@ impl Port for AfXdpPort {
                     mac: self.mac,
                     zero_copy: self.zero_copy,
                     native: self.native,
+                    max_frame: self.max_frame,
                     error: None,
                     _attached: self._attached.clone(),
                 }) as Box<dyn Port>

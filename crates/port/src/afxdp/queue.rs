@@ -21,6 +21,13 @@ use std::io;
 
 /// UMEM frame size.
 pub const FRAME: usize = 2048;
+/// `XDP_PKT_CONTD` (linux/if_xdp.h): in a descriptor's options, more
+/// descriptors of the same frame follow (multi-buffer, `XDP_USE_SG`).
+pub const XDP_PKT_CONTD: u32 = 1;
+/// Descriptors one frame may take when sending: the kernel's copy mode
+/// builds a frame of at most `MAX_SKB_FRAGS` (17) of them; 16 keeps a
+/// margin. 32 KiB frames.
+pub const MAX_TX_DESCS: usize = 16;
 
 /// A descriptor of the RX and TX rings.
 pub type Desc = libc::xdp_desc;
@@ -47,6 +54,8 @@ pub struct SocketRings {
     ring: u32,
     /// Completion entries that named no frame in flight.
     bad_completions: u64,
+    /// Frames may span several descriptors (bound with `XDP_USE_SG`).
+    multi_buffer: bool,
     pub stats: QueueStats,
 }
 
@@ -65,6 +74,7 @@ impl SocketRings {
             kernel: vec![false; frames],
             ring,
             bad_completions: 0,
+            multi_buffer: false,
             stats: QueueStats::default(),
         };
         s.refill();
@@ -89,6 +99,21 @@ impl SocketRings {
     /// `kernel_*` methods do nothing on rings mapped from a socket).
     pub fn kernel(&mut self) -> &mut FourRings {
         &mut self.rings
+    }
+
+    /// Frames may span several descriptors (the socket was bound with
+    /// `XDP_USE_SG`).
+    pub fn set_multi_buffer(&mut self, on: bool) {
+        self.multi_buffer = on;
+    }
+
+    /// Largest frame [`Self::tx`] sends.
+    pub fn max_tx_frame(&self) -> usize {
+        if self.multi_buffer {
+            MAX_TX_DESCS * FRAME
+        } else {
+            FRAME
+        }
     }
 
     /// Completion entries that named no frame in flight.
@@ -153,37 +178,84 @@ impl SocketRings {
         batch: &mut Batch,
         complete: bool,
     ) -> (usize, bool) {
-        let avail = self.rings.rx.available().min(batch.room() as u32);
+        let avail = self.rings.rx.available();
         let mut taken = 0;
         let mut n = 0;
-        while taken < avail {
-            let d = self.rings.rx.peek(taken);
-            let Some(mut b) = cache.alloc() else { break };
-            taken += 1;
-            // Aligned mode: the frame is the address rounded down; the
-            // bytes start after the headroom and must end in the frame.
-            let inside = d.len > 0 && d.addr % FRAME as u64 + u64::from(d.len) <= FRAME as u64;
-            let Some(f) = self.kernel_frame(d.addr, 0).filter(|_| inside) else {
-                self.stats.rx_errors += 1;
-                cache.free(b);
-                continue;
-            };
-            self.kernel[f] = false;
-            match self.umem.read(d.addr, d.len as usize) {
-                Some(data) if b.copy_from(data).is_ok() => {
-                    self.stats.rx_bytes += data.len() as u64;
-                    if complete {
-                        nfkit_packet::offload::complete_if_partial(b.data_mut());
-                    }
-                    batch.push(b);
-                    n += 1;
-                }
-                _ => {
-                    self.stats.rx_errors += 1;
-                    cache.free(b);
+        while taken < avail && !batch.is_full() {
+            // A frame is the descriptors up to one without XDP_PKT_CONTD.
+            let mut end = taken;
+            let mut complete_frame = false;
+            while end < avail && end - taken < nfkit_hw::MAX_SEGS as u32 {
+                let d = self.rings.rx.peek(end);
+                end += 1;
+                if d.options & XDP_PKT_CONTD == 0 {
+                    complete_frame = true;
+                    break;
                 }
             }
-            self.free_rx.push((f * FRAME) as u64);
+            if !complete_frame
+                && end == avail
+                && avail < self.ring
+                && end - taken < nfkit_hw::MAX_SEGS as u32
+            {
+                // Its end is not published yet: next time.
+                break;
+            }
+            let Some(mut head) = cache.alloc() else { break };
+            // Every descriptor's frame comes back to us; the bytes go
+            // into the chain while all is well.
+            let mut good = complete_frame;
+            for i in taken..end {
+                let d = self.rings.rx.peek(i);
+                // Aligned mode: the frame is the address rounded down; the
+                // bytes start after the headroom and must end in the frame.
+                let inside = d.addr % FRAME as u64 + u64::from(d.len) <= FRAME as u64
+                    && (d.len > 0 || i > taken);
+                let Some(f) = self.kernel_frame(d.addr, 0).filter(|_| inside) else {
+                    good = false;
+                    continue;
+                };
+                self.kernel[f] = false;
+                self.free_rx.push((f * FRAME) as u64);
+                if !good {
+                    continue;
+                }
+                let Some(data) = self.umem.read(d.addr, d.len as usize) else {
+                    good = false;
+                    continue;
+                };
+                // A UMEM frame may hold more than a pool buffer.
+                let room = cache.pool().data_room();
+                for (j, part) in data.chunks(room).enumerate() {
+                    good = good
+                        && if i == taken && j == 0 {
+                            head.copy_from(part).is_ok()
+                        } else {
+                            match cache.alloc() {
+                                Some(mut seg) => {
+                                    let _ = seg.copy_from(part);
+                                    head.append(seg).is_ok()
+                                }
+                                None => false,
+                            }
+                        };
+                }
+            }
+            taken = end;
+            if !good {
+                // A descriptor the kernel did not hold or past its frame,
+                // a frame without its end (the whole ring, or more than a
+                // chain holds), or no buffer for a segment.
+                self.stats.rx_errors += 1;
+                cache.free(head);
+                continue;
+            }
+            self.stats.rx_bytes += head.pkt_len() as u64;
+            if complete && !head.is_chained() {
+                nfkit_packet::offload::complete_if_partial(head.data_mut());
+            }
+            batch.push(head);
+            n += 1;
         }
         if taken > 0 {
             self.rings.rx.release(taken);
@@ -212,38 +284,73 @@ impl SocketRings {
     }
 
     /// Copy what fits of `batch` into free send frames and put them on
-    /// the TX ring (taking them out of `batch`); how many.
+    /// the TX ring (taking them out of `batch`); how many. A frame larger
+    /// than a UMEM frame takes several descriptors (multi-buffer); one
+    /// larger than [`Self::max_tx_frame`] is dropped, counted in
+    /// `tx_errors`.
     pub fn tx(&mut self, batch: &mut Batch) -> usize {
         self.reclaim();
-        let n = batch
-            .len()
-            .min(self.free_tx.len())
-            .min(self.rings.tx.free() as usize);
-        for b in batch.drain_front(n) {
-            // Cannot fail: a free frame was counted above, and a pool
-            // buffer (at most 1920 bytes) fits a 2048-byte frame.
-            let Some(addr) = self.free_tx.pop() else {
-                break;
-            };
-            let Some(frame) = self.umem.write(addr, b.len()) else {
-                self.free_tx.push(addr);
+        let mut taken = 0;
+        let mut queued = 0;
+        let max = self.max_tx_frame();
+        for b in batch.iter() {
+            let len = b.pkt_len();
+            if len == 0 || len > max {
                 self.stats.tx_errors += 1;
+                taken += 1;
                 continue;
-            };
-            frame.copy_from_slice(b.data());
-            self.kernel[addr as usize / FRAME] = true;
-            self.rings.tx.push(Desc {
-                addr,
-                len: b.len() as u32,
-                options: 0,
-            });
+            }
+            let descs = len.div_ceil(FRAME);
+            if descs > self.free_tx.len() || descs as u32 > self.rings.tx.free() {
+                break;
+            }
+            taken += 1;
+            let mut segs = b.segments();
+            let mut cur: &[u8] = segs.next().unwrap_or(&[]);
+            let mut left = len;
+            for k in 0..descs {
+                // Cannot fail: counted above.
+                let Some(addr) = self.free_tx.pop() else {
+                    break;
+                };
+                let chunk = left.min(FRAME);
+                let Some(frame) = self.umem.write(addr, chunk) else {
+                    self.free_tx.push(addr);
+                    break;
+                };
+                let mut at = 0;
+                while at < chunk {
+                    if cur.is_empty() {
+                        match segs.next() {
+                            Some(s) => {
+                                cur = s;
+                                continue;
+                            }
+                            None => break,
+                        }
+                    }
+                    let m = (chunk - at).min(cur.len());
+                    frame[at..at + m].copy_from_slice(&cur[..m]);
+                    cur = &cur[m..];
+                    at += m;
+                }
+                left -= chunk;
+                self.kernel[addr as usize / FRAME] = true;
+                self.rings.tx.push(Desc {
+                    addr,
+                    len: chunk as u32,
+                    options: if k + 1 < descs { XDP_PKT_CONTD } else { 0 },
+                });
+                queued += 1;
+            }
             self.stats.tx_packets += 1;
-            self.stats.tx_bytes += b.len() as u64;
+            self.stats.tx_bytes += len as u64;
         }
-        if n > 0 {
+        batch.drain_front(taken);
+        if queued > 0 {
             self.rings.tx.submit();
         }
-        n
+        taken
     }
 
     /// Frames on the TX ring the kernel has not taken yet.
@@ -322,6 +429,86 @@ mod tests {
         assert_eq!((n, q.bad_completions()), (0, 2));
         // Nothing counts as free on that TX ring, so nothing is pushed.
         assert!(q.tx_pending());
+        assert!(q.frames_accounted());
+        drop(batch);
+        drop(cache);
+        assert_eq!(pool.free_count(), pool.capacity());
+    }
+
+    fn contd(addr: u64, len: u32) -> Desc {
+        Desc {
+            addr,
+            len,
+            options: XDP_PKT_CONTD,
+        }
+    }
+
+    /// Multi-buffer: a frame over several descriptors becomes a chain;
+    /// one whose end is not published yet waits; one without an end
+    /// (the whole ring) or with a bad piece is dropped, counted once,
+    /// and every frame keeps one holder. Sending a large chain takes
+    /// several descriptors, all but the last marked.
+    #[test]
+    fn multi_buffer_frames_chain_and_frames_without_end_are_counted() {
+        let pool = software_pool("t", 256).unwrap();
+        let mut cache = pool.cache(64);
+        let mut q = SocketRings::anonymous(8).unwrap();
+        q.set_multi_buffer(true);
+        let f = FRAME as u64;
+        let mut batch = Batch::new();
+        let k = q.kernel();
+        assert!(k.rx.kernel_write_slot(0, contd(0, 2048)));
+        assert!(k.rx.kernel_write_slot(1, desc(f, 100)));
+        assert!(k.rx.kernel_write_slot(2, contd(2 * f, 100)));
+        assert!(k.rx.kernel_set_producer(3));
+        let (n, _) = q.rx(&mut cache, &mut batch, false);
+        assert_eq!(n, 1, "the third descriptor's frame has no end yet");
+        assert_eq!((batch[0].pkt_len(), batch[0].nb_segs()), (2148, 3));
+        // Its end arrives.
+        let k = q.kernel();
+        assert!(k.rx.kernel_write_slot(3, desc(3 * f, 50)));
+        assert!(k.rx.kernel_set_producer(4));
+        let (n, _) = q.rx(&mut cache, &mut batch, false);
+        assert_eq!((n, batch[1].pkt_len()), (1, 150));
+        assert_eq!(q.stats.rx_errors, 0);
+        // A piece past its frame's end spoils the frame (counted once).
+        let k = q.kernel();
+        assert!(k.rx.kernel_write_slot(4, contd(4 * f, 100)));
+        assert!(k.rx.kernel_write_slot(5, desc(5 * f + 2000, 100)));
+        assert!(k.rx.kernel_set_producer(6));
+        assert_eq!(q.rx(&mut cache, &mut batch, false).0, 0);
+        assert_eq!(q.stats.rx_errors, 1);
+        // A whole ring of pieces without an end.
+        let k = q.kernel();
+        for i in 6..14 {
+            assert!(k.rx.kernel_write_slot(i, contd((i as u64 % 8) * f, 64)));
+        }
+        assert!(k.rx.kernel_set_producer(14));
+        assert_eq!(q.rx(&mut cache, &mut batch, false).0, 0);
+        assert_eq!(q.stats.rx_errors, 2);
+        assert!(q.frames_accounted());
+        // Sending: 5,000 bytes in three descriptors.
+        batch.clear();
+        let big: Vec<u8> = (0..5000).map(|i| i as u8).collect();
+        batch.push(pool.alloc_frame(&big).unwrap());
+        assert_eq!(q.tx(&mut batch), 1);
+        let k = q.kernel();
+        let d: Vec<Desc> = (0..3).map(|i| k.tx.kernel_read_slot(i).unwrap()).collect();
+        assert_eq!(
+            d.iter().map(|d| d.len).collect::<Vec<_>>(),
+            [2048, 2048, 904]
+        );
+        assert_eq!(
+            d.iter().map(|d| d.options).collect::<Vec<_>>(),
+            [XDP_PKT_CONTD, XDP_PKT_CONTD, 0]
+        );
+        // Larger than a frame may be: counted, not sent.
+        batch.push(
+            pool.alloc_frame(&vec![0; MAX_TX_DESCS * FRAME + 1])
+                .unwrap(),
+        );
+        assert_eq!(q.tx(&mut batch), 1);
+        assert_eq!(q.stats.tx_errors, 1);
         assert!(q.frames_accounted());
         drop(batch);
         drop(cache);

@@ -2,10 +2,11 @@
 //!
 //! Replay reads the whole file at open ([`capture`]) and copies frames
 //! from memory into pool buffers, as fast as the receiver polls or at the
-//! file's pace (`timing=file`), `loop=N` times (0 = forever). Frames that
-//! do not fit a buffer are dropped and counted in `rx_dropped`, the
-//! reason said once at open (a warning) and at the first such frame:
-//! the file is fine, the buffer is the limit. Output is a pcap file with nanosecond timestamps and
+//! file's pace (`timing=file`), `loop=N` times (0 = forever). A frame
+//! larger than a buffer is received as a chain of buffers, up to
+//! [`MAX_FRAME`] (65,535 bytes, pcap's usual snap length); larger ones
+//! are dropped and counted in `rx_dropped`, the reason said once at open
+//! (a warning) and at the first such frame. Output is a pcap file with nanosecond timestamps and
 //! the Ethernet link type; a port without an output file discards what it
 //! is sent and counts it in `tx_dropped`.
 
@@ -13,7 +14,7 @@ pub mod capture;
 
 use crate::open::{software_pool, OpenOptions};
 use crate::spec::{PcapSpec, Timing};
-use crate::{Batch, Mempool, Port, PortError, QueueStats};
+use crate::{Batch, Mempool, PktBuf, Port, PortError, QueueStats};
 use capture::Capture;
 use pcap_file::pcap::PcapHeader;
 use pcap_file::{DataLink, Endianness, TsResolution};
@@ -23,9 +24,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// MAC reported by pcap ports (locally administered).
 const PCAP_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0c, 0x01];
-/// Snap length written in output headers: the largest frame a buffer holds
-/// is far below it.
+/// Snap length written in output headers: the largest frame either way.
 const OUT_SNAPLEN: u32 = 65535;
+/// Largest frame a pcap port receives or writes.
+pub const MAX_FRAME: usize = OUT_SNAPLEN as usize;
 
 /// Where the replay is in the file.
 struct Replay {
@@ -62,13 +64,12 @@ impl PcapPort {
                 let oversize = capture
                     .frames()
                     .iter()
-                    .filter(|f| f.len > pool.data_room())
+                    .filter(|f| f.len > MAX_FRAME)
                     .count();
                 if oversize > 0 {
                     tracing::warn!(
                         port = name,
-                        "{oversize} frame(s) are larger than a buffer ({} bytes): they will be dropped, counted in rx_dropped (reason: larger than a buffer)",
-                        pool.data_room()
+                        "{oversize} frame(s) are larger than {MAX_FRAME} bytes: they will be dropped, counted in rx_dropped (reason: larger than the port carries)"
                     );
                 }
                 Some(Replay {
@@ -167,16 +168,20 @@ fn check_output(path: &std::path::Path) -> Result<(), String> {
 }
 
 /// One pcap record (little-endian, as the header says): seconds,
-/// nanoseconds, captured length, original length, then the frame.
-fn write_record(w: &mut BufWriter<File>, ts: Duration, data: &[u8]) -> std::io::Result<()> {
-    let len = data.len() as u32;
+/// nanoseconds, captured length, original length, then the frame (every
+/// segment of a chain).
+fn write_record(w: &mut BufWriter<File>, ts: Duration, pkt: &PktBuf) -> std::io::Result<()> {
+    let len = pkt.pkt_len() as u32;
     let mut head = [0u8; 16];
     head[0..4].copy_from_slice(&(ts.as_secs() as u32).to_le_bytes());
     head[4..8].copy_from_slice(&ts.subsec_nanos().to_le_bytes());
     head[8..12].copy_from_slice(&len.to_le_bytes());
     head[12..16].copy_from_slice(&len.to_le_bytes());
     w.write_all(&head)?;
-    w.write_all(data)
+    for seg in pkt.segments() {
+        w.write_all(seg)?;
+    }
+    Ok(())
 }
 
 impl Replay {
@@ -221,21 +226,31 @@ impl Port for PcapPort {
         let mut n = 0;
         while !batch.is_full() && r.wrap() && r.due(now) {
             let frame = r.capture.frames()[r.next];
-            if frame.len > self.pool.data_room() {
+            if frame.len > MAX_FRAME {
                 r.next += 1;
                 self.stats.rx_dropped += 1;
                 if !self.warned_oversize {
                     self.warned_oversize = true;
-                    tracing::warn!(port = %self.name, len = frame.len, "frame larger than a buffer dropped (counted in rx_dropped)");
+                    tracing::warn!(port = %self.name, len = frame.len, "frame larger than {MAX_FRAME} bytes dropped (counted in rx_dropped)");
                 }
                 continue;
             }
-            let Some(mut b) = self.pool.alloc() else {
-                // All buffers in flight: leave the frame for the next poll.
-                break;
+            let b = if frame.len <= self.pool.data_room() {
+                let Some(mut b) = self.pool.alloc() else {
+                    // All buffers in flight: leave the frame for the next poll.
+                    break;
+                };
+                // Cannot fail: checked against the data room above.
+                let _ = b.copy_from(r.capture.data(&frame));
+                b
+            } else {
+                // A chain; fails only for want of buffers (the length is
+                // within MAX_FRAME): leave the frame for the next poll.
+                let Ok(b) = self.pool.alloc_frame(r.capture.data(&frame)) else {
+                    break;
+                };
+                b
             };
-            // Cannot fail: checked against the data room above.
-            let _ = b.copy_from(r.capture.data(&frame));
             batch.push(b);
             r.next += 1;
             n += 1;
@@ -256,10 +271,14 @@ impl Port for PcapPort {
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
         for b in batch.drain() {
-            match write_record(out, ts, b.data()) {
+            if b.pkt_len() > MAX_FRAME {
+                self.stats.tx_dropped += 1;
+                continue;
+            }
+            match write_record(out, ts, &b) {
                 Ok(_) => {
                     self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += b.len() as u64;
+                    self.stats.tx_bytes += b.pkt_len() as u64;
                 }
                 Err(e) => {
                     self.stats.tx_errors += 1;
@@ -289,6 +308,14 @@ impl Port for PcapPort {
 
     fn pool(&self) -> &Mempool {
         &self.pool
+    }
+
+    fn max_frame(&self) -> usize {
+        MAX_FRAME
+    }
+
+    fn tx_chains(&self) -> bool {
+        true
     }
 
     fn take_error(&mut self) -> Option<PortError> {
