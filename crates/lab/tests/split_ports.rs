@@ -56,6 +56,27 @@ fn two_workers_on_two_queues_of_one_82599_forward_with_no_lock() {
     );
     let port = |n: &str| s.ports.iter().find(|(p, _)| p == n).unwrap().1;
     assert_eq!(port("p0").rx_packets, x.created + y.created);
+    // A QueueInc hands on at most its adaptive burst a run and keeps the
+    // rest of what the port gave it (`queued`, counted in `held`): at a
+    // pause up to a batch may wait there, not yet at an output.
+    let out: u64 = s
+        .modules
+        .iter()
+        .filter(|m| m.class == "QueueOut")
+        .map(|m| m.received())
+        .sum();
+    assert_eq!(
+        out + x.held() + y.held(),
+        x.created + y.created,
+        "every received packet reached an output or waits in its QueueInc"
+    );
+    eprintln!(
+        "split_ports: created {} + {}, held {} + {}, at the outputs {out}",
+        x.created,
+        y.created,
+        x.held(),
+        y.held()
+    );
     let outs = s.modules.iter().filter(|m| m.class == "QueueOut");
     let sent: u64 = outs.map(|m| m.consumed).sum();
     assert_eq!(

@@ -17,7 +17,7 @@
 //! burst, which it asks of `net_null`): the receive path is a cached
 //! buffer allocation and a length per packet (plus the copy with
 //! `copy=1`). The send path returns a whole batch to a per-port pool
-//! cache ([`PoolCache::free_bulk`]): no lock per packet, buffers of
+//! cache ([`PoolCache::free_batch`]): no lock per packet, buffers of
 //! another port's pool going home under one lock per run of them.
 
 use crate::open::{software_pool, OpenOptions};
@@ -161,7 +161,7 @@ impl Port for NullPort {
     fn tx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
         let n = batch.len();
         let bytes: usize = batch.iter().map(|b| b.pkt_len()).sum();
-        self.cache.free_bulk(batch.drain());
+        self.cache.free_batch(batch);
         self.stats.tx_packets += n as u64;
         self.stats.tx_bytes += bytes as u64;
         n

@@ -134,10 +134,12 @@ impl Batch {
         &mut self.pkts
     }
     /// Whether any packet has offload state ([`PktBuf::offload`]): one
-    /// OR over the buffer handles, no branch per packet.
+    /// load per batch while no packet of the process ever had any, then
+    /// one OR over the buffer handles (no branch per packet).
     #[inline]
     pub fn any_offload(&self) -> bool {
-        self.pkts.iter().fold(0, |a, p| a | p.id) & super::pktbuf::OFFLOAD_SET != 0
+        super::pktbuf::offload_used()
+            && self.pkts.iter().fold(0, |a, p| a | p.id) & super::pktbuf::OFFLOAD_SET != 0
     }
     /// Whether any packet is chained ([`PktBuf::is_chained`]): one OR
     /// over the buffer handles, no branch per packet.

@@ -1,6 +1,7 @@
 //! The per-core cache of free entry ids, and the runs of freed buffers
 //! of another pool that go home under one lock.
 
+use super::batch::Batch;
 use super::mempool::{give_back, Mempool};
 use super::pktbuf::PktBuf;
 use std::fmt;
@@ -72,6 +73,21 @@ impl PoolCache {
             self.free_into(buf, &mut run);
         }
         run.flush();
+    }
+
+    /// Free every packet of `batch`, leaving it empty: runs of this
+    /// pool's packets go to the cache, runs of another pool home under
+    /// one lock each (as a transmit ring frees what it sent).
+    pub fn free_batch(&mut self, batch: &mut Batch) {
+        let n = batch.pkts.len();
+        let bufs = batch.pkts.as_ptr();
+        // SAFETY: the batch's `n` packets are initialized; its length is
+        // 0 before they are read, so it never drops or hands out them
+        // again, and `free_all` neither unwinds nor uses them twice.
+        unsafe {
+            batch.pkts.set_len(0);
+            self.free_all(bufs, n);
+        }
     }
 
     /// One buffer of [`Self::free_bulk`]: kept if it is this pool's,
@@ -171,9 +187,16 @@ impl PoolCache {
         self.ids.extend_from_slice(ids);
     }
 
+    /// Refill from the shared stack up to `2 * limit` ids (the most the
+    /// cache keeps), at most `4 * CACHE_CHUNK` at a time. A receive
+    /// ring's cache (`RING_CACHE`), which only allocates, so goes to the
+    /// stack once per 128 buffers, as a ring-sized one did, and still
+    /// keeps no more than `2 * RING_CACHE`.
     #[cold]
     pub(super) fn refill(&mut self) {
-        let want = self.limit.min(CACHE_CHUNK * 4);
+        let want = (2 * self.limit)
+            .saturating_sub(self.ids.len())
+            .min(CACHE_CHUNK * 4);
         let inner = &self.pool.inner;
         inner.free.lock().take(inner, want, &mut self.ids);
     }

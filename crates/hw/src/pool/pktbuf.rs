@@ -4,6 +4,7 @@ use super::mempool::{give_back, IdArray, Mempool, HEADROOM, META_SIZE};
 use super::offload::Offload;
 use std::fmt;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 impl Mempool {
     /// Take one buffer from the shared stack.
@@ -58,6 +59,22 @@ pub(super) const OFFLOAD_SET: u32 = 1 << 31;
 pub(super) const CHAINED: u32 = 1 << 30;
 /// The entry id in [`PktBuf::id`], without the flags.
 pub(crate) const ID_MASK: u32 = CHAINED - 1;
+
+/// Whether any packet of this process was ever given offload state.
+/// Until one is, [`crate::Batch::any_offload`] answers with one load per
+/// batch instead of a pass over the batch's handles (a pipeline that
+/// uses no offload pays nothing per packet at its output ports).
+///
+/// `Relaxed` is enough: a packet with state reaches another thread only
+/// through a hand-over that orders its bytes (a ring's release and
+/// acquire), and that orders this store too.
+static OFFLOAD_USED: AtomicBool = AtomicBool::new(false);
+
+/// Whether any packet of this process has ever had offload state.
+#[inline(always)]
+pub(super) fn offload_used() -> bool {
+    OFFLOAD_USED.load(Ordering::Relaxed)
+}
 
 /// Error from resizing a packet beyond its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -298,6 +315,11 @@ impl PktBuf {
         // SAFETY: as in `offload_mut`.
         unsafe { *self.pool.inner.offload[self.id() as usize].get() = o };
         self.id |= OFFLOAD_SET;
+        // A load, and a store the first time only (no shared line
+        // written per packet).
+        if !offload_used() {
+            OFFLOAD_USED.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Take this packet's offload state away (it has none afterwards).

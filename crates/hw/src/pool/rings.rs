@@ -15,8 +15,9 @@ use std::mem::MaybeUninit;
 /// sized by the ring (up to 2 x 512 ids for a 512-slot ring) could keep
 /// every buffer a 1,536-buffer pool had beyond one 512-slot receive ring,
 /// and receiving then stopped for good (nothing left to send, so nothing
-/// to spill). With this size a cache keeps at most `2 * MAX_BATCH - 1`,
-/// and goes to the shared stack once per batch or so (refill or spill).
+/// to spill). With this size a cache keeps at most `2 * MAX_BATCH`, and
+/// goes to the shared stack once per one or two batches (a refill brings
+/// it to `2 * MAX_BATCH`, a spill takes it down to `MAX_BATCH`).
 pub const RING_CACHE: usize = MAX_BATCH;
 
 /// The fewest buffers a pool needs for a receive ring of `entries`

@@ -235,7 +235,7 @@ fn desc_ring_and_slots_check_their_shape_once() {
 /// is freed into the transmit ring's cache. Caches sized by the ring kept
 /// up to 1,023 sent buffers there, and receiving stopped for good once
 /// the pool's other 1,024 were in that cache; caches of `RING_CACHE` keep
-/// at most `2 * RING_CACHE - 1`, so the ring is always refilled.
+/// at most `2 * RING_CACHE`, so the ring is always refilled.
 #[test]
 fn forwarding_through_two_rings_never_strands_the_pool_in_a_cache() {
     let dma = SimDma::new();
@@ -429,4 +429,62 @@ fn headers_pull_up_without_moving_the_payload() {
     assert_eq!((b.pkt_len(), b.nb_segs()), (0, 1));
     drop(b);
     assert_eq!(pool.free_count(), 64);
+}
+
+/// `Batch::any_offload` sees state on any packet of a batch, and none
+/// once it is taken away (before any packet of the process had state it
+/// answers from one flag; after, from the handles).
+#[test]
+fn a_batch_tells_whether_any_packet_has_offload_state() {
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "t", 8, 2048).unwrap();
+    let mut batch = Batch::new();
+    assert!(!batch.any_offload(), "empty");
+    for _ in 0..8 {
+        assert!(batch.push(pool.alloc().unwrap()).is_none());
+    }
+    assert!(!batch.any_offload(), "no packet has state");
+    let o = Offload {
+        flags: offload::IP_CSUM,
+        l3: offload::L3::Ipv4,
+        ..Offload::default()
+    };
+    batch[5].set_offload(o);
+    assert!(batch.any_offload(), "the sixth has");
+    assert_eq!(batch[5].take_offload(), Some(o));
+    assert!(!batch.any_offload(), "taken away");
+}
+
+/// `PoolCache::free_batch`: this pool's packets stay in the cache, the
+/// other pool's go home, flagged ids come back clean, the batch is empty.
+#[test]
+fn free_batch_sorts_packets_by_pool() {
+    let dma = SimDma::new();
+    let (a, b) = (
+        Mempool::new(&*dma, "a", 64, 2048).unwrap(),
+        Mempool::new(&*dma, "b", 64, 2048).unwrap(),
+    );
+    let mut cache = a.cache(32);
+    let mut batch = Batch::new();
+    for i in 0..40 {
+        let pool = if i % 8 < 5 { &a } else { &b };
+        let mut p = pool.alloc().unwrap();
+        if i == 3 {
+            p.set_offload(Offload::default());
+        }
+        assert!(batch.push(p).is_none());
+    }
+    cache.free_batch(&mut batch);
+    assert!(batch.is_empty());
+    assert_eq!(b.free_count(), 64, "b's went home");
+    assert_eq!(a.free_count() + cache.cached(), 64, "a's are in the cache");
+    let bufs: Vec<PktBuf> = (0..cache.cached())
+        .map(|_| cache.alloc().unwrap())
+        .collect();
+    assert!(bufs.iter().all(|p| p.offload().is_none()));
+    let mut ids: Vec<u32> = bufs.iter().map(|p| p.id()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 25, "each id once, none flagged");
+    assert!(ids.iter().all(|&id| id < 64));
 }
