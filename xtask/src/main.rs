@@ -329,7 +329,7 @@ fn test_stages(args: &[String]) -> Result<()> {
         None => Ok(()),
     };
     match (main_result, lane) {
-        (Err(m), Err(l)) => Err(m.context(format!("and {l:#}"))),
+        (Err(m), Err(l)) => Err(anyhow::anyhow!("{m:#}; and the {l:#}")),
         (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
         (Ok(()), Ok(())) => Ok(()),
     }
