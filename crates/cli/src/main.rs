@@ -24,7 +24,9 @@ struct Cli {
     #[arg(long, global = true)]
     quiet: bool,
     /// Cores for the data path, DPDK style (`2`, `0-3`, `1,3`): fwd, nf
-    /// and pktgen pin it to the first (default: the core it starts on).
+    /// and pktgen pin it to the first (default: the core it starts on);
+    /// `run` pins workers without `core=` to them in turn (default: the
+    /// allowed cores in turn).
     #[arg(long, global = true)]
     cores: Option<String>,
 }
@@ -279,7 +281,12 @@ fn main() -> Result<()> {
             idle_us,
         } => print!(
             "{}",
-            nfkit_lab::run::run(&file, seconds, idle_options(poll, idle_us))?
+            nfkit_lab::run::run(
+                &file,
+                seconds,
+                idle_options(poll, idle_us),
+                cores.as_deref()
+            )?
         ),
         Cmd::Daemon {
             socket,

@@ -260,4 +260,26 @@ fn the_data_path_says_where_it_is_pinned() {
         };
         assert!(code == Some(0) && out.contains(&want), "{args:?}: {out}");
     }
+    // Pipeline workers without `core=`, in turn over the list.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../pipeline/examples/macswap.nfk"
+    );
+    for extra in [vec![], vec!["--cores", first.as_str()]] {
+        let mut args = vec!["run", example, "--seconds", "1"];
+        args.extend(&extra);
+        let (code, out) = nfkit(&args, Duration::from_secs(20));
+        let want = if extra.is_empty() {
+            ": pinned to core ".to_string()
+        } else {
+            format!(": pinned to core {first} (--cores)")
+        };
+        assert!(
+            code == Some(0)
+                && out
+                    .lines()
+                    .any(|l| l.starts_with("worker ") && l.contains(&want)),
+            "{args:?}: {out}"
+        );
+    }
 }

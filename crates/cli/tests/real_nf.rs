@@ -127,7 +127,9 @@ fn nat_http_download(model: &str) {
         }
         assert_eq!(k.src_ip.to_string(), "203.0.113.1", "untranslated: {k:?}");
         assert!((20000..=29999).contains(&k.src_port), "{k:?}");
-        verify_checksums(f).unwrap_or_else(|e| panic!("{k:?}: {e}"));
+        if let Err(e) = verify_checksums(f) {
+            assert!(partial_tcp_checksum(f), "{k:?}: {e}");
+        }
         translated += 1;
     }
     // At default offloads the client's veth coalesces the download (GRO), so
@@ -629,4 +631,27 @@ fn lb_spreads_sticky_flows_and_drops_a_silent_backend() {
     for (_, _, addr) in &lan.backends[1..] {
         assert!(summary.contains(&format!("backend {addr} ")), "{summary}");
     }
+}
+
+/// Whether `f`'s TCP checksum field holds the folded pseudo-header sum
+/// that Linux keeps in a CHECKSUM_PARTIAL packet until a NIC (or the
+/// receiving kernel, trusting it) completes it. AF_PACKET hands the
+/// checksum to the kernel through its vnet header (the port's
+/// `tx-l4-csum` capability), so a capture on a veth sees exactly this,
+/// as tcpdump shows for any host's offloaded transmissions. A NAT that
+/// forgot to rewrite the checksum leaves neither this nor a valid one.
+fn partial_tcp_checksum(f: &[u8]) -> bool {
+    let Some(ihl) = f.get(14).map(|b| usize::from(b & 0x0f) * 4) else {
+        return false;
+    };
+    if f.len() < 14 + ihl + 18 || f[23] != 6 {
+        return false;
+    }
+    let word = |i: usize| u32::from(u16::from_be_bytes([f[i], f[i + 1]]));
+    let l4_len = word(16).saturating_sub(ihl as u32);
+    let mut sum = word(26) + word(28) + word(30) + word(32) + 6 + l4_len;
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    word(14 + ihl + 16) == sum
 }

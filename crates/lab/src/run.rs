@@ -18,6 +18,7 @@ pub fn run(
     path: &Path,
     seconds: Option<u64>,
     idle: nfkit_port::IdleOptions,
+    cores: Option<&[usize]>,
 ) -> Result<nfkit_pipeline::PipelineStats> {
     let desc = nfkit_pipeline::load(path)?;
     let lab = SimLab::new(
@@ -36,6 +37,18 @@ pub fn run(
         .build(&open)
         .with_context(|| format!("building {}", path.display()))?;
     pipeline.set_idle(idle);
+    // Workers without `core=` run on the `--cores` list in turn, or by
+    // default on the cores this process may use, in turn.
+    let (list, how) = match cores {
+        Some(c) => (c.to_vec(), "--cores"),
+        None => (
+            crate::cores::allowed(),
+            "the allowed cores in turn; --cores LIST to choose",
+        ),
+    };
+    for line in pipeline.pin_unpinned(&list, how) {
+        eprintln!("{line}");
+    }
     lab.start_load();
     let stop = stop_flag(None);
     let limit = seconds.map(Duration::from_secs);
