@@ -259,6 +259,10 @@ fd:0 -> lb::AdaptiveLB(gates=[0, 1, 2, 3])
                 "-i",
                 &b.dev,
                 "-U",
+                // Each frame to the file as it comes: without it libpcap's
+                // ring hands frames over only when a block retires (up to
+                // its 1 s timeout), after the capture is stopped here.
+                "--immediate-mode",
                 "-n",
                 "-w",
                 f,
