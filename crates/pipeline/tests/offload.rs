@@ -240,19 +240,7 @@ fn port_out_drops_offload_state_that_does_not_fit() {
     });
     let port = MemPort::new("out", 1);
     let wire = port.wire.clone();
-    let env = BuildEnv {
-        ports: [(
-            "out".to_string(),
-            nfkit_pipeline::ports::SharedPort::new(Box::new(port)),
-        )]
-        .into_iter()
-        .collect(),
-        pool: h.pool().clone(),
-    };
-    let mut a: Args = parse("x::Sink()\nx.c(port=out)", "t").unwrap().commands[0]
-        .args
-        .clone();
-    let mut m = Registry::default().build("PortOut", &mut a, &env).unwrap();
+    let mut m = port_out_over(port, h.pool());
     let plain = h.packet(&f);
     let mut batch = nfkit_hw::Batch::new();
     for p in [lying, tso, plain] {
@@ -262,6 +250,23 @@ fn port_out_drops_offload_state_that_does_not_fit() {
     drop(out);
     assert_eq!(wire.lock().tx[0], vec![f]);
     assert_eq!(m.extra_stats(), vec![("bad_offload", 2), ("too_large", 0)]);
+}
+
+/// A PortOut module sending on `port` (named `out`).
+fn port_out_over(port: MemPort, pool: &nfkit_hw::Mempool) -> Box<dyn Module> {
+    let env = BuildEnv {
+        ports: [(
+            "out".to_string(),
+            nfkit_pipeline::ports::SharedPort::new(Box::new(port)),
+        )]
+        .into_iter()
+        .collect(),
+        pool: pool.clone(),
+    };
+    let mut a: Args = parse("x::Sink()\nx.c(port=out)", "t").unwrap().commands[0]
+        .args
+        .clone();
+    Registry::default().build("PortOut", &mut a, &env).unwrap()
 }
 
 fn arb_inner() -> impl Strategy<Value = Vec<u8>> {
@@ -365,19 +370,7 @@ fn port_out_leaves_to_the_port_what_it_can_do() {
     let port = MemPort::new("out", 1);
     let wire = port.wire.clone();
     wire.lock().caps = Caps::new(cap::TX_L4_CSUM, 1518);
-    let env = BuildEnv {
-        ports: [(
-            "out".to_string(),
-            nfkit_pipeline::ports::SharedPort::new(Box::new(port)),
-        )]
-        .into_iter()
-        .collect(),
-        pool: h.pool().clone(),
-    };
-    let mut a: Args = parse("x::Sink()\nx.c(port=out)", "t").unwrap().commands[0]
-        .args
-        .clone();
-    let mut m = Registry::default().build("PortOut", &mut a, &env).unwrap();
+    let mut m = port_out_over(port, h.pool());
     let mut batch = nfkit_hw::Batch::new();
     assert!(batch.push(p).is_none());
     assert!(batch.push(h.packet(&f)).is_none());
