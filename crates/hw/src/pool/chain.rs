@@ -301,6 +301,8 @@ impl PktBuf {
 
     /// Change a chain's total length by `delta` (its first segment grew
     /// or shrank).
+    #[cold]
+    #[inline(never)]
     pub(super) fn grow_total(&mut self, delta: isize) {
         let id = self.id();
         // SAFETY: the head's own slot.
@@ -375,7 +377,10 @@ impl PktBuf {
     }
 
     /// Free every segment after the first, leaving a single-segment
-    /// packet.
+    /// packet. Out of line: its id array must not cost the single-segment
+    /// paths that test the flag a stack frame (and its zeroing).
+    #[cold]
+    #[inline(never)]
     pub(super) fn free_tail(&mut self) {
         let head = self.head_slot();
         let mut ids = [0u32; MAX_SEGS];
@@ -402,6 +407,8 @@ fn tail_ids(pool: &Mempool, head: ChainSlot, ids: &mut [u32; MAX_SEGS]) -> usize
 /// Free the other segments of the chained heads among `bufs` (a bulk
 /// free path, taken only while the pool has chains out); the heads
 /// themselves are freed by the caller.
+#[cold]
+#[inline(never)]
 pub(super) fn free_tails_of(bufs: &[PktBuf]) {
     for b in bufs {
         if b.is_chained() {
