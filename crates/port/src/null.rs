@@ -149,7 +149,8 @@ impl Port for NullPort {
             if f.copy {
                 let _ = b.copy_from(&f.template);
             } else {
-                let _ = b.set_len(len);
+                // A fresh buffer (never chained): no chain to check.
+                b.set_received(len);
             }
             let _ = batch.push(b);
             n += 1;

@@ -391,6 +391,30 @@ impl PktBuf {
     }
 }
 
+/// Free the other segments of chained head `id` (flags included) of the
+/// pool `inner`, which the caller gives up.
+#[cold]
+#[inline(never)]
+pub(super) fn free_tail_of(inner: &super::mempool::Inner, id: u32) {
+    let head_id = id & ID_MASK;
+    // SAFETY: the head's own slot, and its chain's slots, belong to the
+    // caller's packet.
+    let head = unsafe { *inner.chain[head_id as usize].get() };
+    let mut ids = [0u32; MAX_SEGS];
+    let mut next = head.next;
+    let n = (head.left as usize).min(MAX_SEGS);
+    for slot in ids.iter_mut().take(n) {
+        *slot = next & ID_MASK;
+        // SAFETY: a segment of this chain.
+        next = unsafe { (*inner.chain[(next & ID_MASK) as usize].get()).next };
+    }
+    // Never the last ids home (the head is still out): no keep-alive
+    // handle comes back to drop.
+    let last = inner.free.lock().give_back_ids(&ids[..n]);
+    drop(last);
+    inner.chains_out.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// The ids of the segments after a head whose slot is `head`, into `ids`;
 /// returns how many.
 fn tail_ids(pool: &Mempool, head: ChainSlot, ids: &mut [u32; MAX_SEGS]) -> usize {
