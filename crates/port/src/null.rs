@@ -127,8 +127,9 @@ impl Port for NullPort {
         let len = f.template.len();
         let want = batch.room().min(BURST);
         let mut n = 0;
+        let jumbo = len > self.pool.data_room();
         while n < want {
-            if len > self.pool.data_room() {
+            if jumbo {
                 // A jumbo source: a chain per frame. No buffer is
                 // back-pressure, as below.
                 let Ok(b) = self.pool.alloc_frame(&f.template) else {
@@ -148,7 +149,8 @@ impl Port for NullPort {
             if f.copy {
                 let _ = b.copy_from(&f.template);
             } else {
-                let _ = b.set_len(len);
+                // A fresh buffer (never chained): no chain to check.
+                b.set_received(len);
             }
             let _ = batch.push(b);
             n += 1;
@@ -160,7 +162,12 @@ impl Port for NullPort {
 
     fn tx_batch(&mut self, _queue: usize, batch: &mut Batch) -> usize {
         let n = batch.len();
-        let bytes: usize = batch.iter().map(|b| b.pkt_len()).sum();
+        // Summed over first segments (one vectorized pass), the chains'
+        // other bytes only when there are chains.
+        let mut bytes: usize = batch.iter().map(|b| b.len()).sum();
+        if batch.any_chained() {
+            bytes += batch.iter().map(|b| b.pkt_len() - b.len()).sum::<usize>();
+        }
         self.cache.free_batch(batch);
         self.stats.tx_packets += n as u64;
         self.stats.tx_bytes += bytes as u64;

@@ -301,6 +301,8 @@ impl PktBuf {
 
     /// Change a chain's total length by `delta` (its first segment grew
     /// or shrank).
+    #[cold]
+    #[inline(never)]
     pub(super) fn grow_total(&mut self, delta: isize) {
         let id = self.id();
         // SAFETY: the head's own slot.
@@ -375,7 +377,10 @@ impl PktBuf {
     }
 
     /// Free every segment after the first, leaving a single-segment
-    /// packet.
+    /// packet. Out of line: its id array must not cost the single-segment
+    /// paths that test the flag a stack frame (and its zeroing).
+    #[cold]
+    #[inline(never)]
     pub(super) fn free_tail(&mut self) {
         let head = self.head_slot();
         let mut ids = [0u32; MAX_SEGS];
@@ -384,6 +389,30 @@ impl PktBuf {
         self.id &= !CHAINED;
         self.pool.inner.chains_out.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Free the other segments of chained head `id` (flags included) of the
+/// pool `inner`, which the caller gives up.
+#[cold]
+#[inline(never)]
+pub(super) fn free_tail_of(inner: &super::mempool::Inner, id: u32) {
+    let head_id = id & ID_MASK;
+    // SAFETY: the head's own slot, and its chain's slots, belong to the
+    // caller's packet.
+    let head = unsafe { *inner.chain[head_id as usize].get() };
+    let mut ids = [0u32; MAX_SEGS];
+    let mut next = head.next;
+    let n = (head.left as usize).min(MAX_SEGS);
+    for slot in ids.iter_mut().take(n) {
+        *slot = next & ID_MASK;
+        // SAFETY: a segment of this chain.
+        next = unsafe { (*inner.chain[(next & ID_MASK) as usize].get()).next };
+    }
+    // Never the last ids home (the head is still out): no keep-alive
+    // handle comes back to drop.
+    let last = inner.free.lock().give_back_ids(&ids[..n]);
+    drop(last);
+    inner.chains_out.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// The ids of the segments after a head whose slot is `head`, into `ids`;
@@ -402,6 +431,8 @@ fn tail_ids(pool: &Mempool, head: ChainSlot, ids: &mut [u32; MAX_SEGS]) -> usize
 /// Free the other segments of the chained heads among `bufs` (a bulk
 /// free path, taken only while the pool has chains out); the heads
 /// themselves are freed by the caller.
+#[cold]
+#[inline(never)]
 pub(super) fn free_tails_of(bufs: &[PktBuf]) {
     for b in bufs {
         if b.is_chained() {

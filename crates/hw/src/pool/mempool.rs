@@ -87,6 +87,12 @@ impl FreeStack {
     /// be the last handle, and free the pool with its lock).
     #[inline]
     #[must_use = "drop the keep-alive handle after unlocking"]
+    pub(super) fn give_back_ids(&mut self, ids: &[u32]) -> Option<Arc<Inner>> {
+        self.give_back(ids)
+    }
+
+    #[inline]
+    #[must_use = "drop the keep-alive handle after unlocking"]
     fn give_back(&mut self, ids: &[u32]) -> Option<Arc<Inner>> {
         // Never reallocates: the stack has room for every id, and holds
         // each at most once.

@@ -93,11 +93,17 @@ impl PktBuf {
     /// Give up ownership without returning the entry: the caller now
     /// owns `id`.
     #[inline(always)]
-    pub(super) fn into_id(mut self) -> u32 {
-        if self.id & CHAINED != 0 {
-            self.free_tail();
+    pub(super) fn into_id(self) -> u32 {
+        // By value, no `&mut self`: the handle stays in registers on the
+        // bulk free paths (a method taking `&mut self` here made the
+        // compiler store each packet and load its id back, a stall per
+        // packet). The pool is alive while this id is out.
+        let this = ManuallyDrop::new(self);
+        let (id, inner) = (this.id, &*this.pool.inner);
+        if id & CHAINED != 0 {
+            super::chain::free_tail_of(inner, id);
         }
-        ManuallyDrop::new(self).id()
+        id & ID_MASK
     }
 
     /// Start of the packet bytes, in memory.
