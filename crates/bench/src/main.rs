@@ -196,6 +196,14 @@ enum Cmd {
         #[arg(long)]
         packets: u64,
     },
+    /// (internal) the pipeline's lock-step run measured under callgrind.
+    #[command(hide = true)]
+    BenchPipelineLockstep {
+        #[arg(long)]
+        case: String,
+        #[arg(long, default_value_t = nfkit_bench::pipeline::LOCKSTEP_ROUNDS)]
+        rounds: u64,
+    },
     /// (internal) the lock-step NF run measured under callgrind.
     #[command(hide = true)]
     BenchNfLockstep {
@@ -314,6 +322,10 @@ fn main() -> Result<()> {
         } => nfkit_bench::nfs::nfs(seconds, packets, &nfs)?,
         Cmd::BenchNfLockstep { model, nf, packets } => {
             let n = nfkit_bench::nfs::lockstep(model, &nf, packets)?;
+            println!("forwarded {n}");
+        }
+        Cmd::BenchPipelineLockstep { case, rounds } => {
+            let n = nfkit_bench::pipeline::lockstep(&case, rounds)?;
             println!("forwarded {n}");
         }
         Cmd::BenchLockstep { model, nf, packets } => {

@@ -128,6 +128,59 @@ fn measure_pipeline(
     })
 }
 
+/// Cases of [`lockstep`], in the order of `cases()`.
+pub const LOCKSTEP_CASES: [&str; 2] = ["source-sink", "port-inc-out"];
+
+/// Rounds per lock-step run (each round runs one task, a burst of 32).
+pub const LOCKSTEP_ROUNDS: u64 = 20_000;
+
+/// The lock-step run measured under callgrind: case `case` (one of
+/// [`LOCKSTEP_CASES`]) built but not started, its one worker stepped for
+/// `rounds` scheduling rounds on this thread inside [`pipeline_rounds`].
+/// Returns the packets handled.
+pub fn lockstep(case: &str, rounds: u64) -> Result<u64> {
+    let Some(i) = LOCKSTEP_CASES.iter().position(|c| *c == case) else {
+        bail!(
+            "no lock-step case `{case}` (cases: {})",
+            LOCKSTEP_CASES.join(", ")
+        );
+    };
+    let case = &cases()[i];
+    let desc = nfkit_pipeline::parse(&case.config, case.name)?;
+    let registry = Registry::new();
+    let open = |spec: &str| registry.open_str(spec, &OpenOptions::default());
+    let mut pipeline = desc.build(&open)?;
+    // Warm: the first rounds take the pool's buffers out once.
+    pipeline.step(100)?;
+    let before = (case.packets)(&pipeline.stats());
+    pipeline_rounds(&mut pipeline, rounds)?;
+    let after = (case.packets)(&pipeline.stats());
+    pipeline.shutdown()?;
+    Ok(after.saturating_sub(before))
+}
+
+/// The counted part of [`lockstep`]: callgrind collects only in here.
+#[inline(never)]
+pub fn pipeline_rounds(pipeline: &mut nfkit_pipeline::Pipeline, rounds: u64) -> Result<()> {
+    pipeline.step(rounds)?;
+    Ok(())
+}
+
+/// Instructions per packet of lock-step case `case`, from callgrind
+/// (`None` without valgrind).
+pub fn instructions_per_packet(case: &str) -> Result<Option<f64>> {
+    crate::callgrind::per_packet(
+        "pipeline_rounds",
+        &[
+            "bench-pipeline-lockstep",
+            "--case",
+            case,
+            "--rounds",
+            &LOCKSTEP_ROUNDS.to_string(),
+        ],
+    )
+}
+
 fn sleep_unless(d: Duration, stop: &AtomicBool) {
     let end = Instant::now() + d;
     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
@@ -182,6 +235,18 @@ pub fn pipeline(seconds: u64) -> Result<()> {
     }
     let dpdk = measure_dpdk(seconds, hz, &stop);
     print_report(seconds, hz, &rows, &dpdk);
+    // Instructions per packet: a figure the load of a shared machine does
+    // not move (cycles do).
+    for (case, (name, _)) in LOCKSTEP_CASES.iter().zip(&rows) {
+        match instructions_per_packet(case) {
+            Ok(Some(i)) => println!(
+                "{name:<38} {i:.1} instructions/packet (callgrind, {LOCKSTEP_ROUNDS} lock-step rounds: \
+                 nfkit-bench bench-pipeline-lockstep --case {case})"
+            ),
+            Ok(None) => println!("{name:<38} instructions/packet: no valgrind"),
+            Err(e) => println!("{name:<38} instructions/packet: error: {e:#}"),
+        }
+    }
     Ok(())
 }
 
@@ -273,6 +338,15 @@ mod tests {
                 assert!(m.cycles_per_packet.is_some(), "{}: {m:?}", c.name);
             }
         }
+    }
+
+    /// The lock-step cases step without threads and count packets.
+    #[test]
+    fn lockstep_cases_count_packets() {
+        for case in LOCKSTEP_CASES {
+            assert!(lockstep(case, 20).unwrap() > 0, "{case}");
+        }
+        assert!(lockstep("nope", 1).is_err());
     }
 
     #[test]

@@ -141,20 +141,24 @@ impl Batch {
         super::pktbuf::offload_used()
             && self.pkts.iter().fold(0, |a, p| a | p.id) & super::pktbuf::OFFLOAD_SET != 0
     }
-    /// Whether any packet is chained ([`PktBuf::is_chained`]): one OR
-    /// over the buffer handles, no branch per packet.
+    /// Whether any packet is chained ([`PktBuf::is_chained`]): one load
+    /// per batch while no packet of the process was ever chained, then
+    /// one OR over the buffer handles, no branch per packet.
     #[inline]
     pub fn any_chained(&self) -> bool {
-        self.marks().chained()
+        super::pktbuf::chains_used()
+            && self.pkts.iter().fold(0, |a, p| a | p.id) & super::pktbuf::CHAINED != 0
     }
-    /// Which marks (offload state, chain) any packet has, with one OR
+    /// Which marks (offload state, chain) any packet has: one load per
+    /// batch while no packet of the process ever had either, then one OR
     /// over the buffer handles for both.
     #[inline]
     pub fn marks(&self) -> Marks {
-        Marks(
-            self.pkts.iter().fold(0, |a, p| a | p.id)
-                & (super::pktbuf::OFFLOAD_SET | super::pktbuf::CHAINED),
-        )
+        let used = super::pktbuf::marks_used();
+        if used == 0 {
+            return Marks(0);
+        }
+        Marks(self.pkts.iter().fold(0, |a, p| a | p.id) & used)
     }
     /// Keep the packets for which `f` is true, in order; drop the others.
     pub fn retain(&mut self, f: impl FnMut(&mut PktBuf) -> bool) {

@@ -129,11 +129,14 @@ impl PoolCache {
                 ids[len].write(buf.id());
                 len += 1;
             }
-            if pool
-                .inner
-                .chains_out
-                .load(std::sync::atomic::Ordering::Relaxed)
-                != 0
+            // One load per run, and none of the pool's while no packet of
+            // the process was ever chained.
+            if super::pktbuf::chains_used()
+                && pool
+                    .inner
+                    .chains_out
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    != 0
             {
                 // SAFETY: k + len <= n.
                 let run = unsafe { std::slice::from_raw_parts(bufs.add(k), len) };

@@ -294,6 +294,7 @@ impl PktBuf {
         unsafe { *self.pool.slot(self.id()) = head };
         if !was_chained {
             self.id |= CHAINED;
+            super::pktbuf::use_mark(CHAINED);
             self.pool.inner.chains_out.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())

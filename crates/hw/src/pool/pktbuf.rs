@@ -4,7 +4,7 @@ use super::mempool::{give_back, IdArray, Mempool, HEADROOM, META_SIZE};
 use super::offload::Offload;
 use std::fmt;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 impl Mempool {
     /// Take one buffer from the shared stack.
@@ -60,20 +60,43 @@ pub(super) const CHAINED: u32 = 1 << 30;
 /// The entry id in [`PktBuf::id`], without the flags.
 pub(crate) const ID_MASK: u32 = CHAINED - 1;
 
-/// Whether any packet of this process was ever given offload state.
-/// Until one is, [`crate::Batch::any_offload`] answers with one load per
-/// batch instead of a pass over the batch's handles (a pipeline that
-/// uses no offload pays nothing per packet at its output ports).
+/// The marks ([`OFFLOAD_SET`], [`CHAINED`]) any packet of this process
+/// was ever given. Until a mark is used, nothing looks for it per packet:
+/// [`crate::Batch::marks`] and [`crate::Batch::any_offload`] answer with
+/// one load per batch instead of a pass over the batch's handles, and the
+/// bulk free paths check no pool for chains (a pipeline that uses no
+/// offload and makes no chain pays nothing per packet for either).
 ///
-/// `Relaxed` is enough: a packet with state reaches another thread only
+/// `Relaxed` is enough: a packet with a mark reaches another thread only
 /// through a hand-over that orders its bytes (a ring's release and
 /// acquire), and that orders this store too.
-static OFFLOAD_USED: AtomicBool = AtomicBool::new(false);
+static MARKS_USED: AtomicU32 = AtomicU32::new(0);
+
+/// The marks any packet of this process has ever had (bits of the id).
+#[inline(always)]
+pub(super) fn marks_used() -> u32 {
+    MARKS_USED.load(Ordering::Relaxed)
+}
 
 /// Whether any packet of this process has ever had offload state.
 #[inline(always)]
 pub(super) fn offload_used() -> bool {
-    OFFLOAD_USED.load(Ordering::Relaxed)
+    marks_used() & OFFLOAD_SET != 0
+}
+
+/// Whether any packet of this process has ever been chained.
+#[inline(always)]
+pub(super) fn chains_used() -> bool {
+    marks_used() & CHAINED != 0
+}
+
+/// Note that a packet got `mark`: a load, and a read-modify-write the
+/// first time only (no shared line written per packet).
+#[inline(always)]
+pub(super) fn use_mark(mark: u32) {
+    if marks_used() & mark == 0 {
+        MARKS_USED.fetch_or(mark, Ordering::Relaxed);
+    }
 }
 
 /// Error from resizing a packet beyond its buffer.
@@ -270,11 +293,21 @@ impl PktBuf {
 
     /// Replace the contents with `bytes` (a chain's other segments are
     /// freed).
+    #[inline]
     pub fn copy_from(&mut self, bytes: &[u8]) -> Result<(), NoRoom> {
         if self.id & CHAINED != 0 {
             self.free_tail();
         }
-        self.set_len(bytes.len())?;
+        // Single-segment from here: no total length to follow (not
+        // `set_len`, whose chain test would come a second time).
+        let available = self.pool.inner.buf_size - self.offset as usize;
+        if bytes.len() > available {
+            return Err(NoRoom {
+                requested: bytes.len(),
+                available,
+            });
+        }
+        self.len = bytes.len() as u16;
         self.data_mut().copy_from_slice(bytes);
         Ok(())
     }
@@ -321,11 +354,7 @@ impl PktBuf {
         // SAFETY: as in `offload_mut`.
         unsafe { *self.pool.inner.offload[self.id() as usize].get() = o };
         self.id |= OFFLOAD_SET;
-        // A load, and a store the first time only (no shared line
-        // written per packet).
-        if !offload_used() {
-            OFFLOAD_USED.store(true, Ordering::Relaxed);
-        }
+        use_mark(OFFLOAD_SET);
     }
 
     /// Take this packet's offload state away (it has none afterwards).
