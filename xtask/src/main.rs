@@ -187,7 +187,7 @@ pub fn say(text: &str) {
 }
 
 /// `[lane] ` in front of progress lines of a background lane.
-fn lane_prefix() -> String {
+pub fn lane_prefix() -> String {
     let in_lane = LANE_LOG.with(|l| l.borrow().is_some());
     if in_lane {
         format!("[{}] ", LANE_NAME.with(|n| n.get()))
@@ -345,9 +345,8 @@ fn run_lanes(
             let file = std::fs::create_dir_all(log_dir).and_then(|()| std::fs::File::create(&log));
             let handle = file.map(|file| {
                 eprintln!(
-                    "==> lane {} ({} stages) beside the others; its output: {}",
+                    "==> lane {} beside the others; its output: {}",
                     lane.name,
-                    lane.stages.len(),
                     log.display()
                 );
                 scope.spawn(move || {

@@ -82,8 +82,8 @@ pub fn build(debug_env: &[(&str, &str)]) -> Result<Vec<TestBin>> {
         .context("starting cargo test --no-run")?;
     let mut bins = Vec::new();
     let out = child.stdout.take().context("cargo's stdout")?;
-    for line in BufReader::new(out).lines() {
-        let line = line?;
+    // Read to the end (a read error ends the loop; cargo is waited for).
+    for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
         if let Some(bin) = parse_artifact(&line, &root) {
             bins.push(bin);
         }
