@@ -212,6 +212,29 @@ impl PktBuf {
         }
     }
 
+    /// Each segment's device address and length, first to last (what a
+    /// driver puts in one transmit descriptor per segment); at most
+    /// `MAX_SEGS`.
+    pub fn for_each_segment_dma(&self, mut f: impl FnMut(u64, usize)) {
+        f(self.device_addr(), self.len());
+        if !self.is_chained() {
+            return;
+        }
+        let mut slot = self.head_slot();
+        for _ in 0..slot.left {
+            let id = slot.next;
+            // SAFETY: a segment of this chain.
+            slot = unsafe { *self.pool.slot(id) };
+            f(
+                self.pool.entry_device_addr(id) + u64::from(slot.off),
+                usize::from(slot.len),
+            );
+            if slot.left == 0 {
+                break;
+            }
+        }
+    }
+
     /// Copy the whole frame into `out` (cleared first).
     pub fn copy_frame_to(&self, out: &mut Vec<u8>) {
         out.clear();
@@ -295,6 +318,7 @@ impl PktBuf {
         if !was_chained {
             self.id |= CHAINED;
             self.pool.inner.chains_out.fetch_add(1, Ordering::Relaxed);
+            super::pktbuf::CHAINS_USED.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
