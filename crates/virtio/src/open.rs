@@ -103,6 +103,7 @@ pub fn open_vhost_user(
         path: path.to_path_buf(),
         queue_pairs: queues.max(1),
         mac: [0x02, 0, 0, 0, 0, 0x10],
+        host_tso: false,
     };
     Ok(Box::new(
         VhostUserBackend::listen(cfg, pool).map_err(port_err(&name))?,

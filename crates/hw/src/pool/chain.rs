@@ -212,27 +212,30 @@ impl PktBuf {
         }
     }
 
-    /// Each segment's device address and length, first to last (what a
-    /// driver puts in one transmit descriptor per segment); at most
-    /// `MAX_SEGS`.
-    pub fn for_each_segment_dma(&self, mut f: impl FnMut(u64, usize)) {
-        f(self.device_addr(), self.len());
-        if !self.is_chained() {
-            return;
-        }
-        let mut slot = self.head_slot();
-        for _ in 0..slot.left {
-            let id = slot.next;
-            // SAFETY: a segment of this chain.
+    /// Device address and length of each segment, first to last: what
+    /// a driver hands a device as one descriptor per segment.
+    pub fn dma_segments(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        let mut slot = if self.is_chained() {
+            self.head_slot()
+        } else {
+            ChainSlot::default()
+        };
+        let mut left = slot.left;
+        let first = std::iter::once((self.device_addr(), self.len()));
+        first.chain(std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            let id = slot.next & ID_MASK;
+            // SAFETY: a segment of this chain (owned by its head,
+            // borrowed here).
             slot = unsafe { *self.pool.slot(id) };
-            f(
+            Some((
                 self.pool.entry_device_addr(id) + u64::from(slot.off),
                 usize::from(slot.len),
-            );
-            if slot.left == 0 {
-                break;
-            }
-        }
+            ))
+        }))
     }
 
     /// Copy the whole frame into `out` (cleared first).

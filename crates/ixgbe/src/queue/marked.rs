@@ -98,7 +98,7 @@ impl<B: Bar> TxQueue<B> {
             }
             let mut left = plan.segs;
             let (ring, data) = (&self.ring, plan.data);
-            pkt.for_each_segment_dma(|addr, len| {
+            for (addr, len) in pkt.dma_segments() {
                 left -= 1;
                 let eop = if left == 0 { adv_tx::CMD_EOP } else { 0 };
                 ring.write_q0(pos, addr);
@@ -107,7 +107,7 @@ impl<B: Bar> TxQueue<B> {
                     (TX_COMMAND & !adv_tx::CMD_EOP) | eop | data | len as u64,
                 );
                 pos += 1;
-            });
+            }
             bytes += pkt.pkt_len() as u64;
             let held = self.bufs.hold_front(batch, 1);
             debug_assert_eq!(held, 1);
@@ -134,9 +134,7 @@ impl<B: Bar> TxQueue<B> {
 /// written in its first segment (checksum seeds, §7.2.4, §7.2.5).
 fn plan(pkt: &mut PktBuf, wire_max: usize) -> Result<Plan, Refused> {
     let segs = pkt.nb_segs();
-    let mut empty = pkt.pkt_len() == 0;
-    pkt.for_each_segment_dma(|_, len| empty |= len == 0);
-    if empty {
+    if pkt.pkt_len() == 0 || pkt.dma_segments().any(|(_, len)| len == 0) {
         return Err(Refused::Empty);
     }
     let asked = f::IP_CSUM | f::L4_CSUM | f::OUTER_IP_CSUM | f::VLAN_INSERT;

@@ -112,7 +112,8 @@ fn wanted_features(
         | feature::NET_F_STATUS
         | feature::NET_F_CTRL_VQ
         | feature::NET_F_CTRL_RX
-        | feature::F_EVENT_IDX;
+        | feature::F_EVENT_IDX
+        | crate::vnet::DRIVER_OFFLOADS;
     if cfg.queue_pairs > 1 {
         want |= feature::NET_F_MQ;
     }
@@ -198,7 +199,8 @@ impl<T: PciTransport> PciNet<T> {
             pool_size,
             nfkit_hw::pool::DEFAULT_BUF_SIZE,
         )?;
-        let hdr_len = if features & feature::F_VERSION_1 != 0 {
+        // §5.1.6: num_buffers is there with VERSION_1 or MRG_RXBUF.
+        let hdr_len = if features & (feature::F_VERSION_1 | feature::NET_F_MRG_RXBUF) != 0 {
             spec::HDR_LEN_MODERN
         } else {
             spec::HDR_LEN_LEGACY
