@@ -63,6 +63,7 @@ pub mod shm;
 pub mod spec;
 pub mod vhost_user;
 pub mod virtqueue;
+pub mod vnet;
 
 pub use error::VirtioError;
 pub use net::{NetDevice, Notify};

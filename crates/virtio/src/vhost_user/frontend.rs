@@ -104,7 +104,8 @@ pub fn connect(path: &Path, cfg: &FrontendConfig) -> Result<VirtioUser, VirtioEr
     let mut want = feature::F_VERSION_1
         | feature::VHOST_USER_F_PROTOCOL_FEATURES
         | feature::F_EVENT_IDX
-        | feature::F_IN_ORDER;
+        | feature::F_IN_ORDER
+        | crate::vnet::DRIVER_OFFLOADS;
     if pairs > 1 {
         want |= feature::NET_F_MQ;
     }
