@@ -575,6 +575,37 @@ mod tests {
     }
 
     #[test]
+    fn in_order_chains_of_several_descriptors_take_them_in_table_order() {
+        let dma = SimDma::new();
+        let mut q = Virtqueue::new(&*dma, LayoutKind::Modern, 4, false).unwrap();
+        assert!(q.set_in_order(false));
+        let seg = Segment {
+            addr: 0x1000,
+            len: 64,
+            device_writes: false,
+        };
+        assert_eq!(q.add(&[seg, seg, seg]), Some(0));
+        assert_eq!(q.free_descriptors(), 1);
+        assert!(q.add(&[seg, seg]).is_none(), "two do not fit in one");
+        assert_eq!(q.add(&[seg]), Some(3));
+        q.publish();
+        // Descriptor 0 links to 1 and 2; 2 ends the chain.
+        let desc = q.desc_addr();
+        let word = |id: u64| (dma.read_u64(desc + 16 * id + 8).unwrap() >> 32) as u32;
+        assert_eq!(word(0), desc::F_NEXT as u32 | 1 << 16);
+        assert_eq!(word(1), desc::F_NEXT as u32 | 2 << 16);
+        assert_eq!(word(2) & desc::F_NEXT as u32, 0);
+        let used = q.used_addr();
+        dma.write_u32(used + 4, 0).unwrap();
+        dma.write_u32(used, 1 << 16).unwrap();
+        assert_eq!(q.pop_used().unwrap(), Some(Used { head: 0, len: 0 }));
+        assert_eq!(q.free_descriptors(), 3);
+        // The next chain wraps round the table: 0, 1 (after 3).
+        assert_eq!(q.add(&[seg, seg]), Some(0));
+        assert_eq!(q.add(&[seg]), Some(2));
+    }
+
+    #[test]
     fn chains_are_freed_whole_and_bad_ids_rejected() {
         let dma = SimDma::new();
         let mut q = Virtqueue::new(&*dma, LayoutKind::Modern, 4, false).unwrap();
