@@ -28,6 +28,12 @@ pub const DRIVER_OFFLOADS: u64 = feature::NET_F_MRG_RXBUF
     | feature::NET_F_HOST_TSO6
     | feature::NET_F_HOST_ECN;
 
+/// The feature bits CTRL_GUEST_OFFLOADS turns on and off (§5.1.6.5.6).
+pub const GUEST_OFFLOADS: u64 = feature::NET_F_GUEST_CSUM
+    | feature::NET_F_GUEST_TSO4
+    | feature::NET_F_GUEST_TSO6
+    | feature::NET_F_GUEST_ECN;
+
 /// Largest frame either side carries (as a chain of buffers): a 64 KiB
 /// segmentation super-frame and its headers.
 pub const MAX_FRAME: usize = 64 * 1024 + 64;
