@@ -942,7 +942,11 @@ impl Port for VhostUserBackend {
                             let h = keep.min(12);
                             hdr[..h].copy_from_slice(&buf.data()[..h]);
                             let _ = buf.adj(keep);
-                            if let Err(r) = vnet::take_header(&hdr, &mut buf, &offloads, spill) {
+                            let asks = hdr[0] | hdr[1] != 0;
+                            if let Err(r) = asks
+                                .then(|| vnet::take_header(&hdr, &mut buf, &offloads, spill))
+                                .unwrap_or(Ok(()))
+                            {
                                 cache.free(buf);
                                 drops.count(r, &self.name);
                                 stats.rx_errors += 1;
