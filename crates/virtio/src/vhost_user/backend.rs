@@ -943,10 +943,12 @@ impl Port for VhostUserBackend {
                             hdr[..h].copy_from_slice(&buf.data()[..h]);
                             let _ = buf.adj(keep);
                             let asks = hdr[0] | hdr[1] != 0;
-                            if let Err(r) = asks
-                                .then(|| vnet::take_header(&hdr, &mut buf, &offloads, spill))
-                                .unwrap_or(Ok(()))
-                            {
+                            let taken = if asks {
+                                vnet::take_header(&hdr, &mut buf, &offloads, spill)
+                            } else {
+                                Ok(())
+                            };
+                            if let Err(r) = taken {
                                 cache.free(buf);
                                 drops.count(r, &self.name);
                                 stats.rx_errors += 1;
