@@ -620,6 +620,7 @@ fn build_nfkit() -> Result<PathBuf> {
                 "-C target-feature=+crt-static --cfg nfkit_no_libpcap",
             )
             .env("CARGO_TARGET_DIR", &target_dir)
+            .envs(crate::DEBUG_ENV.iter().copied())
             .args([
                 "build",
                 "--target",
@@ -790,7 +791,9 @@ fn is_root() -> bool {
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    let status = crate::to_lane_log(cmd)
+        .status()
+        .with_context(|| format!("running {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
     }

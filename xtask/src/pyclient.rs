@@ -68,7 +68,13 @@ pub fn daemon_python() -> Result<()> {
     )?;
     run(
         "cargo build nfkit-daemon",
-        cargo().args(["build", "-p", "nfkit-daemon", "--bin", "nfkit-daemon"]),
+        cargo().envs(crate::DEBUG_ENV.iter().copied()).args([
+            "build",
+            "-p",
+            "nfkit-daemon",
+            "--bin",
+            "nfkit-daemon",
+        ]),
     )?;
     let bin = target.join("debug").join("nfkit-daemon");
     if !bin.exists() {
