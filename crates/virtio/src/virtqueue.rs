@@ -327,8 +327,34 @@ impl Virtqueue {
     /// IN_ORDER: the chain takes the next `chain.len()` descriptors in
     /// table order (free: the device returns chains in order), and the
     /// next available-ring slot (written only if it held another head).
+    #[inline]
     fn add_in_order(&mut self, mut order: InOrder, chain: &[Segment]) -> Option<u16> {
         let size = self.layout.size;
+        if let [seg] = chain {
+            // The usual case, one descriptor: in slot i it is descriptor
+            // i, so after the first round no ring slot is written.
+            if self.in_flight >= size || order.descs_out >= size {
+                return None;
+            }
+            let id = order.next_desc;
+            self.write_descriptor(id, seg);
+            order.next_desc = (id + 1) & (size - 1);
+            order.descs_out += 1;
+            self.in_order = Some(order);
+            let slot = (self.next_avail & (size - 1)) as usize;
+            if let (Some(len), Some(h)) =
+                (self.chain_len.get_mut(slot), self.slot_head.get_mut(slot))
+            {
+                *len = 1;
+                if *h != id {
+                    *h = id;
+                    self.write_avail_u16(self.layout.avail_ring_entry(slot as u16), id);
+                }
+            }
+            self.next_avail = self.next_avail.wrapping_add(1);
+            self.in_flight += 1;
+            return Some(id);
+        }
         let k = chain.len() as u16;
         if chain.is_empty()
             || chain.len() > size as usize
