@@ -149,6 +149,13 @@ impl Batch {
         super::pktbuf::chains_used()
             && self.pkts.iter().fold(0, |a, p| a | p.id) & super::pktbuf::CHAINED != 0
     }
+    /// Whether a packet may have a mark: false (one load, nothing per
+    /// packet) until some packet of the process had offload state or a
+    /// chain; then [`Self::marks`] tells.
+    #[inline(always)]
+    pub fn maybe_marked(&self) -> bool {
+        super::pktbuf::marks_used() != 0
+    }
     /// Which marks (offload state, chain) any packet has: one load per
     /// batch while no packet of the process ever had either, then one OR
     /// over the buffer handles for both.
