@@ -54,7 +54,13 @@ pub fn run(img: &Image, nfkit: &Path) -> Result<Outcome> {
     let net = Netns::create(tag)?;
     let sock = std::env::temp_dir().join(format!("nfkit-guest-vu-{tag}.sock"));
     let log = img.share.join("vhost-nfkit.log");
-    let bridge = Bridge::start(nfkit, &sock, &net.host_veth, &log)?;
+    let bridge = Bridge::start(
+        nfkit,
+        &format!("vhost-user:{}", sock.display()),
+        &[sock.as_path()],
+        &net.host_veth,
+        &log,
+    )?;
     let tcp = TcpFiles::start(img, &net.name)?;
     fs::write(img.share.join("run.sh"), script())?;
     let console = run_guest(qemu(img, &sock), |_| {});
@@ -254,13 +260,13 @@ fn qemu(img: &Image, sock: &Path) -> Command {
 }
 
 /// A network namespace holding one end of a veth pair; removed on drop.
-struct Netns {
-    name: String,
-    host_veth: String,
+pub(super) struct Netns {
+    pub(super) name: String,
+    pub(super) host_veth: String,
 }
 
 impl Netns {
-    fn create(tag: u32) -> Result<Netns> {
+    pub(super) fn create(tag: u32) -> Result<Netns> {
         let n = Netns {
             name: format!("nfkvu{tag}"),
             host_veth: format!("nfkvu{tag}a"),
@@ -303,7 +309,7 @@ impl Drop for Netns {
     }
 }
 
-fn ip(args: &[&str]) -> Result<()> {
+pub(super) fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip")
         .args(args)
         .output()
@@ -318,21 +324,29 @@ fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// `nfkit nf bridge` on the host, serving the vhost-user socket; stopped
-/// (by its process id) on drop.
-struct Bridge {
+/// `nfkit nf bridge` on the host, serving the vhost-user socket(s);
+/// stopped (by its process id) on drop.
+pub(super) struct Bridge {
     child: Option<Child>,
     log: PathBuf,
 }
 
 impl Bridge {
-    fn start(nfkit: &Path, sock: &Path, veth: &str, log: &Path) -> Result<Bridge> {
-        let _ = fs::remove_file(sock);
+    /// Bridge `port` (whose vhost-user sockets are `socks`) and the veth.
+    pub(super) fn start(
+        nfkit: &Path,
+        port: &str,
+        socks: &[&Path],
+        veth: &str,
+        log: &Path,
+    ) -> Result<Bridge> {
+        for sock in socks {
+            let _ = fs::remove_file(sock);
+        }
         let out = fs::File::create(log)?;
         let child = Command::new(nfkit)
-            .env("RUST_LOG", "nfkit_virtio=debug")
-            .args(["nf", "bridge", "--port"])
-            .arg(format!("vhost-user:{}", sock.display()))
+            .env("RUST_LOG", "nfkit_virtio=debug,nfkit_port::bond=info")
+            .args(["nf", "bridge", "--port", port])
             .args(["--port", &format!("afpacket:{veth}"), "--seconds", "300"])
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -344,7 +358,7 @@ impl Bridge {
             log: log.to_path_buf(),
         };
         let started = Instant::now();
-        while !sock.exists() {
+        while !socks.iter().all(|s| s.exists()) {
             if let Some(status) = b.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 bail!(
                     "nfkit nf bridge exited with {status}:\n{}",
@@ -352,7 +366,7 @@ impl Bridge {
                 );
             }
             if started.elapsed() > Duration::from_secs(10) {
-                bail!("nfkit did not create {} within 10 s", sock.display());
+                bail!("nfkit did not create {socks:?} within 10 s");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -360,7 +374,7 @@ impl Bridge {
     }
 
     /// Stop nfkit (SIGINT: it prints its summary) and return its output.
-    fn stop(mut self) -> String {
+    pub(super) fn stop(mut self) -> String {
         self.halt();
         fs::read_to_string(&self.log).unwrap_or_default()
     }
