@@ -13,8 +13,8 @@
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
 //! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
 //! | `pci:ADDR` | an 82599 or a VirtIO-net device at PCI address ADDR (opened by the CLI's registry) |
-//! | `vhost-user:PATH[,queues=N]` | nfkit serves vhost-user on socket PATH: VMs and virtio-user frontends plug in (CLI registry) |
-//! | `virtio-user:PATH[,queues=N]` | nfkit drives a vhost-user backend listening on PATH (CLI registry) |
+//! | `vhost-user:PATH[,queues=N][,tso=on]` | nfkit serves vhost-user on socket PATH: VMs and virtio-user frontends plug in (CLI registry); `tso=on` offers HOST_TSO4/6 |
+//! | `virtio-user:PATH[,queues=N][,tso=on]` | nfkit drives a vhost-user backend listening on PATH (CLI registry); `tso=on` asks for GUEST_TSO4/6 |
 //! | `bond:[mode=lacp\|balance\|active-backup,][rate=fast\|slow,][monitor_ms=N,][system=MAC,]members=SPEC+SPEC...` | a bond over member ports (`bond`); `members=` comes last, members joined by `+` |
 //!
 //! `loop=0` replays forever; `timing=file` keeps the capture's
@@ -59,6 +59,10 @@ pub struct VhostSpec {
     pub path: PathBuf,
     /// Queue pairs (VIRTIO_NET_F_MQ when more than one).
     pub queues: usize,
+    /// `tso=on`: the port receives TSO super-frames (vhost-user offers
+    /// HOST_TSO4/6, virtio-user asks for GUEST_TSO4/6), held as chains
+    /// with their segmentation in the offload metadata.
+    pub tso: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -523,10 +527,16 @@ fn parse_vhost(main: &str, mut o: Options) -> Result<VhostSpec, String> {
         return Err("missing socket path; use vhost-user:/run/vm0.sock".into());
     }
     let queues = take_queues(&mut o)?;
-    o.finish("queues=N")?;
+    let tso = match o.take("tso").as_deref() {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(v) => return Err(format!("option `tso={v}`: expected on or off")),
+    };
+    o.finish("queues=N, tso=on|off")?;
     Ok(VhostSpec {
         path: PathBuf::from(main),
         queues,
+        tso,
     })
 }
 
@@ -628,6 +638,9 @@ impl fmt::Display for PortSpec {
 
 fn write_vhost(f: &mut fmt::Formatter<'_>, kind: &str, v: &VhostSpec) -> fmt::Result {
     write!(f, "{kind}:{}", v.path.display())?;
+    if v.tso {
+        write!(f, ",tso=on")?;
+    }
     if v.queues != 1 {
         write!(f, ",queues={}", v.queues)?;
     }

@@ -18,7 +18,7 @@
 //! members received and sent traffic (its log), and the pings lost are
 //! at most 3 s of those offered (the short LACP timeout).
 
-use super::vhost::{ip, Bridge, Netns};
+use super::vhost::{Bridge, Netns};
 use super::{qemu_base, run_guest, Image, Outcome};
 use anyhow::{bail, Result};
 use std::fs;
@@ -45,34 +45,37 @@ pub fn run(img: &Image, nfkit: &Path) -> Result<Outcome> {
             "the `ip` command (iproute2) is missing".into(),
         ));
     }
-    let tag = std::process::id() % 100_000 + 1;
-    let net = Netns::create(tag)?;
-    for extra in &NS_IPS[1..] {
-        ip(&[
-            "-n",
-            &net.name,
-            "addr",
-            "add",
-            &format!("{extra}/24"),
-            "dev",
-            &format!("nfkvu{tag}b"),
-        ])?;
-    }
+    let tag = std::process::id() % 100_000;
+    let addrs: Vec<String> = NS_IPS.iter().map(|a| format!("{a}/24")).collect();
+    let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+    let net = Netns::create_with(&format!("nfklacp{tag}"), &addrs, "02:00:00:77:00:02", 1500)?;
     let socks =
         [0, 1].map(|i| std::env::temp_dir().join(format!("nfkit-guest-lacp-{tag}-{i}.sock")));
+    let _ = fs::remove_file(&socks[1]);
     let port = format!(
         "bond:mode=lacp,rate=fast,system={SYSTEM},members=vhost-user:{}+vhost-user:{}",
         socks[0].display(),
         socks[1].display()
     );
     let log = img.share.join("lacp-nfkit.log");
-    let bridge = Bridge::start(
-        nfkit,
+    let args: Vec<String> = [
+        "nf",
+        "bridge",
+        "--port",
         &port,
-        &[socks[0].as_path(), socks[1].as_path()],
-        &net.host_veth,
-        &log,
-    )?;
+        "--port",
+        &format!("afpacket:{}", net.host_veth),
+        "--seconds",
+        "300",
+    ]
+    .map(String::from)
+    .to_vec();
+    // The bond opens both members at once: the second socket follows the first.
+    let bridge = Bridge::start_with(nfkit, &socks[0], &args, &log)?;
+    let started = std::time::Instant::now();
+    while !socks[1].exists() && started.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     fs::write(img.share.join("run.sh"), script())?;
     let console = run_guest(qemu(img, &socks), |_| {});
     let nfkit_out = bridge.stop();
