@@ -89,6 +89,7 @@ fn backend() -> &'static VhostUserBackend {
                 path: socket_path(),
                 queue_pairs: 2,
                 mac: [2, 0, 0, 0, 0, 1],
+                host_tso: false,
             },
             pool,
         )
@@ -142,12 +143,12 @@ pub fn descriptor_chain(data: &[u8]) {
     let mut q = DeviceQueue::start(Arc::new(mem), addrs, QSIZE, 0, event_idx).expect("queue");
     let mut out = [0u8; 2048];
     for _ in 0..2 * QSIZE {
-        match q.pop_tx(12, &mut out) {
+        match q.pop_tx(12, false, &mut out, &mut Vec::new(), 65_600) {
             Moved::Packet(n) => assert!(n <= out.len()),
             Moved::Empty => break,
-            Moved::Bad => {}
+            Moved::Bad(_) => {}
         }
-        let _ = q.push_rx(12, &[0x5a; 100]);
+        let _ = q.push_rx(12, &[0x5a; 100], true);
         let _ = q.publish_used();
     }
 }

@@ -171,6 +171,10 @@ pub struct SimLab {
     added: Arc<AddedWires>,
     pump_stop: Arc<AtomicBool>,
     pump: Mutex<Option<JoinHandle<()>>>,
+    /// Once [`SimLab::start_load`] was called (with `SimWire::Load`):
+    /// what the load thread counts into. The thread starts with the
+    /// first port (none: no thread spinning on nothing).
+    load: Mutex<Option<Arc<LoadCounters>>>,
 }
 
 impl SimLab {
@@ -183,6 +187,7 @@ impl SimLab {
             added: Arc::default(),
             pump_stop: Arc::new(AtomicBool::new(false)),
             pump: Mutex::new(None),
+            load: Mutex::new(None),
         })
     }
 
@@ -208,7 +213,11 @@ impl SimLab {
         let pci = nic.pci();
         if let SimWire::Load { .. } = self.wire {
             self.added.wires.lock().push((n, nic.wire()));
-            self.added.count.fetch_add(1, Ordering::Release);
+            self.added.count.fetch_add(1, Ordering::SeqCst);
+            let load = self.load.lock().clone();
+            if let Some(counters) = load {
+                self.spawn_pump(counters);
+            }
         }
         let mut ports = self.ports.lock();
         if ports.len() <= n {
@@ -259,15 +268,30 @@ impl SimLab {
     /// (those open now and those opened later, as `nfkit daemon` does at
     /// run time) with generated frames, keeping its packet buffer from
     /// overflowing (the generator backs off, like a sender with flow
-    /// control).
+    /// control). Without a port yet, the thread starts with the first.
     pub fn start_load(self: &Arc<Self>) -> Arc<LoadCounters> {
         let generated = Arc::new(LoadCounters::default());
-        let SimWire::Load { frame_len, flows } = self.wire else {
+        let SimWire::Load { .. } = self.wire else {
             return generated;
         };
+        *self.load.lock() = Some(generated.clone());
+        if self.added.count.load(Ordering::SeqCst) > 0 {
+            self.spawn_pump(generated.clone());
+        }
+        generated
+    }
+
+    /// Start the load thread unless it runs.
+    fn spawn_pump(&self, count: Arc<LoadCounters>) {
+        let SimWire::Load { frame_len, flows } = self.wire else {
+            return;
+        };
+        let mut pump = self.pump.lock();
+        if pump.is_some() {
+            return;
+        }
         let added = self.added.clone();
         let stop = self.pump_stop.clone();
-        let count = generated.clone();
         let handle = std::thread::Builder::new()
             .name("sim-load".into())
             .spawn(move || {
@@ -294,17 +318,13 @@ impl SimLab {
                             idle = false;
                         }
                     }
-                    if wires.is_empty() {
-                        // No port yet (a daemon before its first `sim:`).
-                        std::thread::sleep(Duration::from_millis(1));
-                    } else if idle {
+                    if idle {
                         std::thread::yield_now();
                     }
                 }
             })
             .expect("spawning the load thread");
-        *self.pump.lock() = Some(handle);
-        generated
+        *pump = Some(handle);
     }
 
     /// Stop the load thread.

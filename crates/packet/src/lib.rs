@@ -24,6 +24,7 @@ pub mod checksum;
 mod error;
 mod ether;
 mod flow;
+pub mod gso;
 mod ipv4;
 mod l4;
 mod layout;

@@ -397,3 +397,163 @@ fn port_out_leaves_to_the_port_what_it_can_do() {
     assert_eq!((&sent[1], state[1]), (&f, None));
     assert_eq!(m.extra_stats(), vec![("bad_offload", 0), ("too_large", 0)]);
 }
+
+// ---- TSO and LRO (issue 19) ----
+
+/// A TCP frame of `payload` bytes with `flags`, plain or in VXLAN or
+/// Geneve, checksums right.
+fn tcp_frame(payload: &[u8], flags: u8, which: usize, id: u16) -> Vec<u8> {
+    let (a, z) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let mut inner = FrameBuilder::tcp((a, 40000), (z, 5201))
+        .payload(payload)
+        .build();
+    inner[14 + 4..14 + 6].copy_from_slice(&id.to_be_bytes());
+    inner[14 + 6] = 0x40; // DF
+    inner[34 + 13] = flags;
+    inner[34 + 8..34 + 12].copy_from_slice(&77u32.to_be_bytes()); // ACK number
+    let f = match which {
+        0 => inner,
+        1 => wrap(&inner, 4789, &VXLAN),
+        _ => wrap(&inner, 6081, &GENEVE),
+    };
+    let mut f = f;
+    let lay = nfkit_packet::gso::TcpLayout::of(&f).unwrap();
+    let sum = nfkit_packet::checksum::Sum::ZERO.add_bytes(&f[lay.header_len()..]);
+    let n = f.len();
+    nfkit_packet::gso::fix_headers(&mut f, &lay.o, n, 0, sum);
+    f
+}
+
+/// `frame` as a chain from `h`'s pool, asking for TCP segmentation at `mss`.
+fn super_frame(h: &Harness, frame: &[u8], mss: u16) -> nfkit_hw::PktBuf {
+    let mut p = h.pool().alloc_frame(frame).unwrap();
+    let mut o = nfkit_packet::offload_meta::describe(frame).unwrap();
+    o.gso = nfkit_hw::pool::offload::Gso::Tcp;
+    o.gso_size = mss;
+    o.flags = nfkit_hw::pool::offload::L4_CSUM;
+    p.set_offload(o);
+    p
+}
+
+fn stats(m: &dyn Module) -> std::collections::HashMap<&'static str, u64> {
+    m.extra_stats().into_iter().collect()
+}
+
+fn bytes(p: &nfkit_hw::PktBuf) -> Vec<u8> {
+    let mut v = Vec::new();
+    p.copy_frame_to(&mut v);
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// TSO then LRO gives back the original frame (plain, VXLAN, Geneve),
+    /// every segment's checksums (outer and inner) verify and no segment
+    /// carries more than the MSS.
+    #[test]
+    fn segmenting_then_coalescing_gives_back_the_original(
+        len in 0usize..12_000,
+        mss in 64u16..1460,
+        which in 0usize..3,
+        extra in prop::sample::select(vec![0u8, 0x08, 0x01, 0x80, 0x89]),
+        id in any::<u16>(),
+        seed in any::<u8>(),
+    ) {
+        let payload: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed | 1)).collect();
+        let f = tcp_frame(&payload, 0x10 | extra, which, id);
+        prop_assume!(usize::from(mss) <= f.len() && len.div_ceil(usize::from(mss)) <= 60);
+        let mut h = Harness::new();
+        let mut tso = module("TSO", "");
+        let mut b = nfkit_hw::Batch::new();
+        let _ = b.push(super_frame(&h, &f, mss));
+        let segs = h.process(&mut *tso, 0, b).remove(0);
+        prop_assert_eq!(segs.len(), len.div_ceil(usize::from(mss)).max(1));
+        let hl = nfkit_packet::gso::TcpLayout::of(&f).unwrap().header_len();
+        let inner_at = f.len() - (14 + 20 + 20 + len);
+        for s in segs.iter() {
+            prop_assert!(s.pkt_len() <= hl + usize::from(mss));
+            prop_assert!(s.offload().is_none());
+            let d = bytes(s);
+            prop_assert!(verify_checksums(&d).is_ok(), "{:?}", verify_checksums(&d));
+            prop_assert!(verify_checksums(&d[inner_at..]).is_ok());
+        }
+        let mut lro = module("LRO", "");
+        let out = h.process(&mut *lro, 0, segs).remove(0);
+        prop_assert_eq!(out.len(), 1);
+        prop_assert_eq!(bytes(&out[0]), f);
+        if len > usize::from(mss) {
+            let o = out[0].offload().unwrap();
+            prop_assert_eq!((o.gso, o.gso_size), (nfkit_hw::pool::offload::Gso::Tcp, mss));
+        }
+    }
+}
+
+/// More segments than a batch holds leave over the task's runs; LRO
+/// keeps flows apart, sends a flow at a gap and never merges a segment
+/// whose checksum is wrong.
+#[test]
+fn tso_spreads_over_runs_and_lro_keeps_to_gro_rules() {
+    let mut h = Harness::new();
+    let payload: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+    let f = tcp_frame(&payload, 0x18, 1, 9);
+    let mut tso = module("TSO", "max_segments=128");
+    let mut b = nfkit_hw::Batch::new();
+    let _ = b.push(super_frame(&h, &f, 900));
+    let mut segs: Vec<Vec<u8>> = h.process(&mut *tso, 0, b)[0].iter().map(bytes).collect();
+    assert_eq!(segs.len(), 64, "one output batch");
+    segs.extend(h.run_task(&mut *tso).remove(0));
+    assert_eq!(segs.len(), 67);
+    assert_eq!(stats(&*tso)["segmented"], 1);
+    // Gap: segment 3 missing -> two frames; a corrupted one passes alone.
+    let mut lro = module("LRO", "");
+    let mut input: Vec<Vec<u8>> = segs[..10].to_vec();
+    input.remove(3);
+    let mut bad = segs[20].clone();
+    let n = bad.len();
+    bad[n - 1] ^= 0x5a;
+    input.push(bad.clone());
+    let out = h.run(&mut *lro, 0, &input);
+    assert_eq!(out[0].len(), 3, "0..3, 4..10, the bad one");
+    assert_eq!(out[0][2], bad);
+    assert_eq!(stats(&*lro)["bad_csum"], 1);
+    assert_eq!(stats(&*lro)["merged"], 2 + 5);
+}
+
+/// Metadata that lies is dropped and counted with its reason, never cut.
+#[test]
+fn tso_drops_lying_metadata_with_a_reason() {
+    use nfkit_hw::pool::offload::{Gso, L4};
+    let mut h = Harness::new();
+    let f = tcp_frame(&[7; 3000], 0x10, 0, 1);
+    let udp = inner_frame(false, 9, &[1; 3000]);
+    type Lie = Box<dyn Fn(&mut nfkit_hw::pool::offload::Offload)>;
+    let cases: Vec<(Vec<u8>, Lie, &str)> = vec![
+        (f.clone(), Box::new(|o| o.l2_len = 200), "bad_offsets"),
+        (f.clone(), Box::new(|o| o.l3_len = 24), "bad_offsets"),
+        (f.clone(), Box::new(|o| o.gso_size = 0), "bad_mss"),
+        (f.clone(), Box::new(|o| o.gso_size = 9000), "bad_mss"),
+        (udp, Box::new(|o| o.l4 = L4::Tcp), "not_tcp"),
+        (f[..40].to_vec(), Box::new(|_| {}), "truncated"),
+        (
+            f.clone(),
+            Box::new(|o| o.gso_size = 10),
+            "too_many_segments",
+        ),
+    ];
+    for (frame, lie, reason) in cases {
+        let mut tso = module("TSO", "");
+        let mut p = h.pool().alloc_frame(&frame).unwrap();
+        let mut o = nfkit_packet::offload_meta::describe(&f).unwrap();
+        o.gso = Gso::Tcp;
+        o.gso_size = 1000;
+        lie(&mut o);
+        p.set_offload(o);
+        let mut b = nfkit_hw::Batch::new();
+        let _ = b.push(p);
+        let out = h.process(&mut *tso, 0, b);
+        assert!(out[0].is_empty(), "{reason}");
+        assert_eq!(stats(&*tso)[reason], 1, "{reason}");
+    }
+    assert_eq!(h.counters().2, 7, "every one counted as dropped");
+}

@@ -213,6 +213,7 @@ fn backend(path: &std::path::Path) -> Result<VhostUserBackend> {
         path: path.to_path_buf(),
         queue_pairs: 1,
         mac: [2, 0, 0, 0, 0, 1],
+        host_tso: false,
     };
     Ok(VhostUserBackend::listen(cfg, pool)?)
 }

@@ -30,6 +30,7 @@ fn main() -> Result<()> {
         path: path.into(),
         queue_pairs: 1,
         mac: [2, 0, 0, 0, 0, 0x42],
+        host_tso: false,
     };
     let mut port = VhostUserBackend::listen(cfg, pool)?;
     let start = Instant::now();

@@ -11,6 +11,7 @@
 //! descriptor (needs VERSION_1 or ANY_LAYOUT, §5.1.6.6 / §6).
 
 use crate::virtqueue::{Segment, Used, Virtqueue};
+use crate::vnet::{self, DropCounts, DropReason, Offloads};
 use nfkit_hw::pool::MAX_BATCH;
 use nfkit_hw::{Batch, HwError, Mempool, PktBuf, PoolCache};
 use nfkit_port::{LinkStatus, Port, QueueStats};
@@ -50,6 +51,16 @@ fn empty_slots(n: u16) -> Slots {
     (0..n).map(|_| None).collect()
 }
 
+/// What a receive pass needs beside its queue.
+struct RxState<'a> {
+    name: &'a str,
+    hdr_len: usize,
+    offloads: Offloads,
+    stats: &'a mut QueueStats,
+    drops: &'a mut DropCounts,
+    scratch: &'a mut Vec<u8>,
+}
+
 /// One receive virtqueue and the buffers posted on it.
 pub(crate) struct RxQueue {
     pub(crate) vq: Virtqueue,
@@ -70,8 +81,11 @@ impl RxQueue {
         RxQueue { vq, index, slots }
     }
 
-    /// §5.1.6.4: take received packets, strip the header.
-    fn receive(&mut self, hdr_len: usize, batch: &mut Batch, stats: &mut QueueStats) -> usize {
+    /// §5.1.6.4: take received packets, strip the header. With
+    /// MRG_RXBUF a packet spans `num_buffers` used buffers (§5.1.6.3.1),
+    /// chained here; the header's offload fields become offload state.
+    fn receive(&mut self, rx: &mut RxState<'_>, batch: &mut Batch) -> usize {
+        let hdr_len = rx.hdr_len;
         let mut got = 0;
         while !batch.is_full() {
             let Used { head, len } = match self.vq.pop_used() {
@@ -79,26 +93,86 @@ impl RxQueue {
                 Ok(None) => break,
                 Err(e) => {
                     tracing::warn!(queue = self.index, "device error on receive: {e}");
-                    stats.rx_errors += 1;
+                    rx.stats.rx_errors += 1;
                     continue;
                 }
             };
             let Some(mut buf) = self.slots[head as usize].take() else {
-                stats.rx_errors += 1;
+                rx.stats.rx_errors += 1;
                 continue;
             };
             let len = len as usize;
             if len < hdr_len || len - hdr_len > buf.pool().data_room() {
-                stats.rx_errors += 1;
+                rx.stats.rx_errors += 1;
                 continue; // dropping `buf` returns it to the pool
             }
             buf.set_received(len - hdr_len);
-            stats.rx_packets += 1;
-            stats.rx_bytes += buf.len() as u64;
+            if rx.offloads.reads_header() {
+                let mut hdr = [0u8; 12];
+                if let Ok(h) = buf.prepend(hdr_len) {
+                    hdr[..hdr_len.min(12)].copy_from_slice(&h[..hdr_len.min(12)]);
+                }
+                let _ = buf.adj(hdr_len);
+                if rx.offloads.mergeable {
+                    let n = u16::from_le_bytes([hdr[10], hdr[11]]);
+                    if let Err(r) = self.merge(&mut buf, n, rx) {
+                        rx.drops.count(r, rx.name);
+                        rx.stats.rx_errors += 1;
+                        continue;
+                    }
+                }
+                if let Err(r) = vnet::take_header(&hdr, &mut buf, &rx.offloads, rx.scratch) {
+                    rx.drops.count(r, rx.name);
+                    rx.stats.rx_errors += 1;
+                    continue;
+                }
+            }
+            rx.stats.rx_packets += 1;
+            rx.stats.rx_bytes += buf.pkt_len() as u64;
             batch.push(buf);
             got += 1;
         }
         got
+    }
+
+    /// The other `n - 1` buffers of a merged packet, in used order, at the
+    /// end of `head`'s chain (their data starts where the header would
+    /// be: the device wrote from the posted address on).
+    fn merge(&mut self, head: &mut PktBuf, n: u16, rx: &mut RxState<'_>) -> Result<(), DropReason> {
+        if n <= 1 {
+            return if n == 1 {
+                Ok(())
+            } else {
+                Err(DropReason::BadMerge)
+            };
+        }
+        let mut result = Ok(());
+        for _ in 1..n {
+            // Every buffer of the packet is taken, even when it is dropped.
+            let seg = match self.vq.pop_used() {
+                Ok(Some(Used { head: id, len })) => {
+                    self.slots[id as usize].take().map(|b| (b, len as usize))
+                }
+                _ => return Err(DropReason::BadMerge),
+            };
+            let Some((mut seg, len)) = seg else {
+                result = Err(DropReason::BadMerge);
+                continue;
+            };
+            if result.is_err() {
+                continue;
+            }
+            seg.set_received(0);
+            let ok = seg.prepend(rx.hdr_len).is_ok() && seg.set_len(len).is_ok();
+            if !ok || len == 0 {
+                result = Err(DropReason::BadMerge);
+            } else if head.pkt_len() + len > vnet::MAX_FRAME {
+                result = Err(DropReason::TooLong);
+            } else if head.append(seg).is_err() {
+                result = Err(DropReason::BadMerge);
+            }
+        }
+        result
     }
 
     /// §5.1.6.3: post empty buffers on every free descriptor; returns
@@ -144,39 +218,81 @@ impl TxQueue {
         }
     }
 
-    /// §5.1.6.2: put a zeroed header in front of each packet and make it
-    /// available. Returns (packets sent, whether to notify).
+    /// §5.1.6.2: put a header in front of each packet (zeros, or what
+    /// its offload state asks that the device negotiated) and make it
+    /// available: one descriptor, or one per segment of a chain.
+    /// Returns (packets sent, whether to notify).
     fn send(
         &mut self,
-        hdr_len: usize,
-        own: &OwnPool,
+        tx: &mut TxState<'_>,
         cache: &mut PoolCache,
         batch: &mut Batch,
-        stats: &mut QueueStats,
     ) -> (usize, bool) {
+        let hdr_len = tx.hdr_len;
         let n = batch.len().min(self.vq.free_descriptors());
         let mut sent = 0;
         let mut kick = false;
-        for pkt in batch.drain_front(n) {
-            let Some(mut pkt) = own.adopt(pkt, cache) else {
+        let mut taken = 0;
+        let stats = &mut *tx.stats;
+        for pkt in batch.as_mut_slice()[..n].iter_mut() {
+            // Chains may need more descriptors than are left: they wait.
+            if pkt.is_chained() && pkt.nb_segs() > self.vq.free_descriptors() {
+                break;
+            }
+            taken += 1;
+        }
+        for pkt in batch.drain_front(taken) {
+            let Some(mut pkt) = tx.own.adopt(pkt, cache) else {
                 stats.tx_dropped += 1; // our pool is empty
                 continue;
             };
-            let len = pkt.len();
+            let len = pkt.pkt_len();
+            if pkt.offload().is_some() {
+                if let Err(r) = finish(&mut pkt, &tx.offloads) {
+                    tx.drops.count(r, tx.name);
+                    stats.tx_errors += 1;
+                    continue;
+                }
+            }
+            let o = pkt.offload().copied();
             match pkt.prepend(hdr_len) {
-                Ok(hdr) => zero_header(hdr),
+                Ok(hdr) => match o {
+                    None => zero_header(hdr),
+                    Some(o) => vnet::write_header(Some(&o), 0, hdr),
+                },
                 Err(_) => {
                     stats.tx_errors += 1; // no headroom for the header
                     continue;
                 }
             }
-            let seg = Segment {
-                addr: pkt.device_addr(),
-                len: pkt.len() as u32,
-                device_writes: false,
+            let head = if pkt.is_chained() {
+                let mut segs = [Segment {
+                    addr: 0,
+                    len: 0,
+                    device_writes: false,
+                }; nfkit_hw::pool::MAX_SEGS];
+                let mut k = 0;
+                for (addr, l) in pkt.dma_segments() {
+                    if let Some(s) = segs.get_mut(k) {
+                        *s = Segment {
+                            addr,
+                            len: l as u32,
+                            device_writes: false,
+                        };
+                        k += 1;
+                    }
+                }
+                self.vq.add(&segs[..k])
+            } else {
+                let seg = Segment {
+                    addr: pkt.device_addr(),
+                    len: pkt.len() as u32,
+                    device_writes: false,
+                };
+                self.vq.add(&[seg])
             };
-            // Cannot fail: `n` descriptors were free.
-            let Some(head) = self.vq.add(&[seg]) else {
+            // Cannot fail: enough descriptors were free.
+            let Some(head) = head else {
                 stats.tx_dropped += 1;
                 continue;
             };
@@ -190,6 +306,32 @@ impl TxQueue {
         }
         kick |= self.vq.publish();
         (sent, kick)
+    }
+}
+
+/// What a transmit pass needs beside its queue.
+struct TxState<'a> {
+    name: &'a str,
+    hdr_len: usize,
+    offloads: Offloads,
+    own: &'a OwnPool,
+    stats: &'a mut QueueStats,
+    drops: &'a mut DropCounts,
+}
+
+/// Leave on `pkt` only the offload state the device negotiated, done in
+/// software otherwise (a single buffer; a chain's state must be the
+/// device's already).
+fn finish(pkt: &mut PktBuf, offloads: &Offloads) -> Result<(), DropReason> {
+    if !pkt.is_chained() {
+        nfkit_packet::offload_meta::finish_for(pkt, offloads.caps(vnet::MAX_FRAME))
+            .map_err(|_| DropReason::BadOffload)?;
+    }
+    match pkt.offload() {
+        Some(o) if !offloads.sends(o) || o.check(pkt.pkt_len()).is_err() => {
+            Err(DropReason::BadOffload)
+        }
+        _ => Ok(()),
     }
 }
 
@@ -229,8 +371,18 @@ impl OwnPool {
         if self.owns(&pkt) {
             return Some(pkt);
         }
-        let mut copy = cache.alloc()?;
-        copy.copy_from(pkt.data()).ok()?;
+        let mut copy = if pkt.is_chained() {
+            let mut whole = Vec::with_capacity(pkt.pkt_len());
+            pkt.copy_frame_to(&mut whole);
+            self.pool.alloc_frame(&whole).ok()?
+        } else {
+            let mut c = cache.alloc()?;
+            c.copy_from(pkt.data()).ok()?;
+            c
+        };
+        if let Some(o) = pkt.offload() {
+            copy.set_offload(*o);
+        }
         Some(copy)
     }
 }
@@ -252,6 +404,7 @@ pub struct NetDevice<N: Notify> {
     notify: N,
     hdr_len: usize,
     features: u64,
+    offloads: Offloads,
     pool: OwnPool,
     /// Per queue pair: receive buffers come from it, sent ones go back to
     /// it (no lock per packet).
@@ -259,6 +412,9 @@ pub struct NetDevice<N: Notify> {
     rx: Vec<RxQueue>,
     tx: Vec<TxQueue>,
     stats: Vec<QueueStats>,
+    /// Per queue pair: drops by reason, and room to read a chain.
+    drops: Vec<DropCounts>,
+    scratch: Vec<Vec<u8>>,
 }
 
 impl<N: Notify> std::fmt::Debug for NetDevice<N> {
@@ -294,11 +450,14 @@ impl<N: Notify> NetDevice<N> {
             notify: p.notify,
             hdr_len: p.hdr_len,
             features: p.features,
+            offloads: Offloads::of_driver(p.features),
             caches: (0..pairs).map(|_| p.pool.cache(2 * MAX_BATCH)).collect(),
             pool: OwnPool::new(p.pool)?,
             rx: p.rx,
             tx: p.tx,
             stats: vec![QueueStats::default(); pairs],
+            drops: vec![DropCounts::default(); pairs],
+            scratch: (0..pairs).map(|_| Vec::new()).collect(),
         };
         for q in 0..pairs {
             if dev.rx[q].refill(&mut dev.caches[q], dev.hdr_len) {
@@ -311,6 +470,14 @@ impl<N: Notify> NetDevice<N> {
     /// Features both sides agreed on.
     pub fn features(&self) -> u64 {
         self.features
+    }
+    /// The offloads and buffer merging negotiated.
+    pub fn offloads(&self) -> Offloads {
+        self.offloads
+    }
+    /// Frames dropped on queue pair `queue`, by reason.
+    pub fn drops(&self, queue: usize) -> DropCounts {
+        self.drops.get(queue).copied().unwrap_or_default()
     }
     /// Bytes of `virtio_net_hdr` in front of every packet.
     pub fn header_len(&self) -> usize {
@@ -344,7 +511,19 @@ impl<N: Notify> Port for NetDevice<N> {
         ) else {
             return 0;
         };
-        let got = rxq.receive(self.hdr_len, batch, stats);
+        let (Some(drops), Some(scratch)) = (self.drops.get_mut(queue), self.scratch.get_mut(queue))
+        else {
+            return 0;
+        };
+        let mut st = RxState {
+            name: &self.name,
+            hdr_len: self.hdr_len,
+            offloads: self.offloads,
+            stats,
+            drops,
+            scratch,
+        };
+        let got = rxq.receive(&mut st, batch);
         if rxq.refill(cache, self.hdr_len) && self.notify.notify(rxq.index).is_err() {
             stats.rx_errors += 1;
         }
@@ -359,8 +538,19 @@ impl<N: Notify> Port for NetDevice<N> {
         ) else {
             return 0;
         };
+        let Some(drops) = self.drops.get_mut(queue) else {
+            return 0;
+        };
         txq.reclaim(cache, stats);
-        let (sent, kick) = txq.send(self.hdr_len, &self.pool, cache, batch, stats);
+        let mut st = TxState {
+            name: &self.name,
+            hdr_len: self.hdr_len,
+            offloads: self.offloads,
+            own: &self.pool,
+            stats,
+            drops,
+        };
+        let (sent, kick) = txq.send(&mut st, cache, batch);
         if kick && self.notify.notify(txq.index).is_err() {
             stats.tx_errors += 1;
         }
@@ -374,6 +564,23 @@ impl<N: Notify> Port for NetDevice<N> {
     }
     fn queue_stats(&self, queue: usize) -> QueueStats {
         self.stats.get(queue).copied().unwrap_or_default()
+    }
+
+    /// Chains both ways with MRG_RXBUF (receive) ; without it, what one
+    /// receive buffer holds.
+    fn max_frame(&self) -> usize {
+        if self.offloads.mergeable {
+            vnet::MAX_FRAME
+        } else {
+            self.pool.pool.data_room()
+        }
+    }
+    fn tx_chains(&self) -> bool {
+        self.offloads.mergeable
+    }
+    /// What the device negotiated (`crate::vnet::Offloads`).
+    fn capabilities(&self) -> nfkit_port::Caps {
+        self.offloads.caps(self.max_frame())
     }
 
     fn link(&self) -> LinkStatus {

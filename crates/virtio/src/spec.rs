@@ -16,10 +16,28 @@ pub mod status {
 /// Feature bits (§6 "Reserved Feature Bits" and §5.1.3 "Network device
 /// feature bits"). Only the ones this driver reads or negotiates.
 pub mod feature {
+    /// §5.1.3: the device fills in partial checksums the driver hands it
+    /// (`NEEDS_CSUM`, §5.1.6.2).
+    pub const NET_F_CSUM: u64 = 1 << 0;
+    /// §5.1.3: the driver takes packets with partial or verified
+    /// checksums (`NEEDS_CSUM`, `DATA_VALID`, §5.1.6.4).
+    pub const NET_F_GUEST_CSUM: u64 = 1 << 1;
+    /// §5.1.3: the driver may turn the guest offloads on and off through
+    /// the control queue (§5.1.6.5.6).
+    pub const NET_F_CTRL_GUEST_OFFLOADS: u64 = 1 << 2;
     /// §5.1.3: the device has a MAC address in its configuration space.
     pub const NET_F_MAC: u64 = 1 << 5;
-    /// §5.1.3: the driver can merge receive buffers (we do not: one
-    /// buffer per packet, so the header is the 10/12-byte one).
+    /// §5.1.3: the driver takes TSO super-frames (IPv4, IPv6), with ECN.
+    pub const NET_F_GUEST_TSO4: u64 = 1 << 7;
+    pub const NET_F_GUEST_TSO6: u64 = 1 << 8;
+    pub const NET_F_GUEST_ECN: u64 = 1 << 9;
+    /// §5.1.3: the device segments TSO super-frames (IPv4, IPv6), with ECN.
+    pub const NET_F_HOST_TSO4: u64 = 1 << 11;
+    pub const NET_F_HOST_TSO6: u64 = 1 << 12;
+    pub const NET_F_HOST_ECN: u64 = 1 << 13;
+    /// §5.1.3: a received packet may span several receive buffers, the
+    /// first one's header saying how many (`num_buffers`, §5.1.6.3.1);
+    /// the header is then 12 bytes even on a legacy device.
     pub const NET_F_MRG_RXBUF: u64 = 1 << 15;
     /// §5.1.3: link status in the configuration space.
     pub const NET_F_STATUS: u64 = 1 << 16;
@@ -96,6 +114,10 @@ pub mod net {
     pub const CTRL_RX: u8 = 0;
     pub const CTRL_RX_PROMISC: u8 = 0;
     pub const CTRL_MQ: u8 = 4;
+    /// §5.1.6.5.6: VIRTIO_NET_CTRL_GUEST_OFFLOADS, command SET (a
+    /// little-endian u64 of the guest offload feature bits to keep on).
+    pub const CTRL_GUEST_OFFLOADS: u8 = 5;
+    pub const CTRL_GUEST_OFFLOADS_SET: u8 = 0;
     pub const CTRL_MQ_VQ_PAIRS_SET: u8 = 0;
     pub const CTRL_OK: u8 = 0;
     pub const CTRL_ERR: u8 = 1;

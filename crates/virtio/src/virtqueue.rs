@@ -18,14 +18,17 @@
 //! descriptor twice); every used-ring entry is checked before it is
 //! believed.
 //!
-//! With VIRTIO_F_IN_ORDER (§2.7.9) and one descriptor per chain (as the
-//! network queues post them), [`Virtqueue::set_in_order`] turns the
-//! bookkeeping into counting: the chain made available in ring slot *i*
-//! is descriptor *i*, so the available ring, once written round, already
-//! holds every entry it will ever hold, and a used buffer is known by its
+//! With VIRTIO_F_IN_ORDER (§2.7.9), [`Virtqueue::set_in_order`] turns the
+//! bookkeeping into counting: descriptors are taken in table order (a
+//! chain of *k* is the next *k*, wrapping), the chain made available in
+//! ring slot *i* is remembered by slot, and a used buffer is known by its
 //! position, not by the id the device wrote (which §2.7.9 allows it to
 //! write for the last buffer of a batch only); only the length is read,
-//! and only where the device writes the buffers.
+//! and only where the device writes the buffers. With one descriptor per
+//! chain (as the network queues post single-buffer packets) the chain in
+//! slot *i* is descriptor *i*, so the available ring, once written round,
+//! already holds every entry it will ever hold: its slots are written
+//! only when their head changes.
 //!
 //! The 16-bit ring fields are reached through 32-bit accesses (the DMA
 //! region offers u32/u64 atomics): the driver only ever writes words it
@@ -162,14 +165,18 @@ pub struct Virtqueue {
     /// IN_ORDER bookkeeping (see the module documentation), and whether
     /// used lengths are read.
     in_order: Option<InOrder>,
+    /// IN_ORDER: the head of the chain in each available-ring slot, as
+    /// written there (`u16::MAX`: not written yet).
+    slot_head: Box<[u16]>,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct InOrder {
     reads_lengths: bool,
-    /// Available-ring slots already holding their own index (all, after
-    /// the first round).
-    slots_written: u16,
+    /// The next descriptor to take (mod size).
+    next_desc: u16,
+    /// Descriptors in chains with the device.
+    descs_out: u16,
 }
 
 impl std::fmt::Debug for Virtqueue {
@@ -219,6 +226,7 @@ impl Virtqueue {
             in_flight: 0,
             avail_flags: 0,
             in_order: None,
+            slot_head: vec![u16::MAX; n].into_boxed_slice(),
         };
         if event_idx {
             q.write_avail_u16(layout.used_event(), u16::MAX);
@@ -238,13 +246,13 @@ impl Virtqueue {
     /// Descriptors not in any chain.
     pub fn free_descriptors(&self) -> usize {
         match self.in_order {
-            Some(_) => (self.layout.size - self.in_flight) as usize,
+            Some(o) => (self.layout.size - o.descs_out) as usize,
             None => self.free.len(),
         }
     }
 
-    /// VIRTIO_F_IN_ORDER was negotiated (§2.7.9) and every chain will be
-    /// one descriptor: keep the books by position (module documentation).
+    /// VIRTIO_F_IN_ORDER was negotiated (§2.7.9): keep the books by
+    /// position (module documentation).
     /// `reads_lengths`: the device writes these buffers, so each used
     /// entry's length is read. Only on a fresh queue (returns false and
     /// changes nothing otherwise).
@@ -254,7 +262,8 @@ impl Virtqueue {
         }
         self.in_order = Some(InOrder {
             reads_lengths,
-            slots_written: 0,
+            next_desc: 0,
+            descs_out: 0,
         });
         true
     }
@@ -291,10 +300,7 @@ impl Virtqueue {
     /// are free (nothing is changed then).
     pub fn add(&mut self, chain: &[Segment]) -> Option<u16> {
         if let Some(order) = self.in_order {
-            return match chain {
-                [seg] => self.add_in_order(order, seg),
-                _ => None,
-            };
+            return self.add_in_order(order, chain);
         }
         if chain.is_empty() || chain.len() > self.free.len() {
             return None;
@@ -318,24 +324,67 @@ impl Virtqueue {
         Some(head)
     }
 
-    /// IN_ORDER: the chain in slot `next_avail mod size` is descriptor
-    /// `next_avail mod size`, free because the device returns chains in
-    /// order and fewer than `size` are out.
-    fn add_in_order(&mut self, mut order: InOrder, seg: &Segment) -> Option<u16> {
-        if self.in_flight >= self.layout.size {
+    /// IN_ORDER: the chain takes the next `chain.len()` descriptors in
+    /// table order (free: the device returns chains in order), and the
+    /// next available-ring slot (written only if it held another head).
+    #[inline]
+    fn add_in_order(&mut self, mut order: InOrder, chain: &[Segment]) -> Option<u16> {
+        let size = self.layout.size;
+        if let [seg] = chain {
+            // The usual case, one descriptor: in slot i it is descriptor
+            // i, so after the first round no ring slot is written.
+            if self.in_flight >= size || order.descs_out >= size {
+                return None;
+            }
+            let id = order.next_desc;
+            self.write_descriptor(id, seg);
+            order.next_desc = (id + 1) & (size - 1);
+            order.descs_out += 1;
+            self.in_order = Some(order);
+            let slot = (self.next_avail & (size - 1)) as usize;
+            if let (Some(len), Some(h)) =
+                (self.chain_len.get_mut(slot), self.slot_head.get_mut(slot))
+            {
+                *len = 1;
+                if *h != id {
+                    *h = id;
+                    self.write_avail_u16(self.layout.avail_ring_entry(slot as u16), id);
+                }
+            }
+            self.next_avail = self.next_avail.wrapping_add(1);
+            self.in_flight += 1;
+            return Some(id);
+        }
+        let k = chain.len() as u16;
+        if chain.is_empty()
+            || chain.len() > size as usize
+            || self.in_flight >= size
+            || order.descs_out + k > size
+        {
             return None;
         }
-        let id = self.next_avail % self.layout.size;
-        self.write_descriptor(id, seg);
-        self.chain_len[id as usize] = 1;
-        if order.slots_written < self.layout.size {
-            self.write_avail_u16(self.layout.avail_ring_entry(id), id);
-            order.slots_written += 1;
-            self.in_order = Some(order);
+        let head = order.next_desc;
+        let mut id = head;
+        for (i, seg) in chain.iter().enumerate() {
+            self.write_descriptor(id, seg);
+            let next = (id + 1) & (size - 1);
+            if i + 1 < chain.len() {
+                self.link(id, next);
+            }
+            id = next;
+        }
+        order.next_desc = id;
+        order.descs_out += k;
+        self.in_order = Some(order);
+        let slot = self.next_avail & (size - 1);
+        self.chain_len[slot as usize] = k;
+        if self.slot_head[slot as usize] != head {
+            self.slot_head[slot as usize] = head;
+            self.write_avail_u16(self.layout.avail_ring_entry(slot), head);
         }
         self.next_avail = self.next_avail.wrapping_add(1);
         self.in_flight += 1;
-        Some(id)
+        Some(head)
     }
 
     fn write_descriptor(&self, id: u16, seg: &Segment) {
@@ -398,7 +447,7 @@ impl Virtqueue {
         }
         let slot = self.last_used % self.layout.size;
         let entry = self.layout.used_ring_entry(slot);
-        if let Some(order) = self.in_order {
+        if let Some(mut order) = self.in_order {
             // The buffer is the one made available in this slot; the id
             // the device wrote is not needed (nor always written, §2.7.9).
             let len = if order.reads_lengths {
@@ -407,9 +456,12 @@ impl Virtqueue {
                 0
             };
             self.last_used = self.last_used.wrapping_add(1);
-            self.chain_len[slot as usize] = 0;
+            let k = std::mem::replace(&mut self.chain_len[slot as usize], 0);
+            order.descs_out -= k;
+            self.in_order = Some(order);
             self.in_flight -= 1;
-            return Ok(Some(Used { head: slot, len }));
+            let head = self.slot_head[slot as usize];
+            return Ok(Some(Used { head, len }));
         }
         let id = self.ring.read_u32(entry);
         let len = self.ring.read_u32(entry + 4);
@@ -527,10 +579,7 @@ mod tests {
         let heads: Vec<u16> = (0..4).filter_map(|i| q.add(&[seg(0x1000 * i)])).collect();
         assert_eq!(heads, [0, 1, 2, 3], "slot i is descriptor i");
         assert!(q.add(&[seg(0)]).is_none(), "all four are out");
-        assert!(
-            q.add(&[seg(0), seg(0)]).is_none(),
-            "one descriptor per chain"
-        );
+        assert!(q.add(&[seg(0), seg(0)]).is_none(), "no room for two");
         q.publish();
         // The device returns two buffers, writing a bogus id in the first
         // entry (only the last of a batch need carry one, §2.7.9).
@@ -549,6 +598,37 @@ mod tests {
         dma.write_u32(used, 9 << 16).unwrap();
         assert!(matches!(q.pop_used(), Err(UsedError::IndexJump { .. })));
         assert!(!q.set_in_order(false), "only on a fresh queue");
+    }
+
+    #[test]
+    fn in_order_chains_of_several_descriptors_take_them_in_table_order() {
+        let dma = SimDma::new();
+        let mut q = Virtqueue::new(&*dma, LayoutKind::Modern, 4, false).unwrap();
+        assert!(q.set_in_order(false));
+        let seg = Segment {
+            addr: 0x1000,
+            len: 64,
+            device_writes: false,
+        };
+        assert_eq!(q.add(&[seg, seg, seg]), Some(0));
+        assert_eq!(q.free_descriptors(), 1);
+        assert!(q.add(&[seg, seg]).is_none(), "two do not fit in one");
+        assert_eq!(q.add(&[seg]), Some(3));
+        q.publish();
+        // Descriptor 0 links to 1 and 2; 2 ends the chain.
+        let desc = q.desc_addr();
+        let word = |id: u64| (dma.read_u64(desc + 16 * id + 8).unwrap() >> 32) as u32;
+        assert_eq!(word(0), desc::F_NEXT as u32 | 1 << 16);
+        assert_eq!(word(1), desc::F_NEXT as u32 | 2 << 16);
+        assert_eq!(word(2) & desc::F_NEXT as u32, 0);
+        let used = q.used_addr();
+        dma.write_u32(used + 4, 0).unwrap();
+        dma.write_u32(used, 1 << 16).unwrap();
+        assert_eq!(q.pop_used().unwrap(), Some(Used { head: 0, len: 0 }));
+        assert_eq!(q.free_descriptors(), 3);
+        // The next chain wraps round the table: 0, 1 (after 3).
+        assert_eq!(q.add(&[seg, seg]), Some(0));
+        assert_eq!(q.add(&[seg]), Some(2));
     }
 
     #[test]

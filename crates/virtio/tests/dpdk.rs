@@ -145,6 +145,7 @@ fn dpdk_virtio_user_against_our_backend() {
         path: path.clone(),
         queue_pairs: 1,
         mac: [2, 0, 0, 0, 0, 7],
+        host_tso: false,
     };
     let mut be = VhostUserBackend::listen(cfg, pool).unwrap();
     let _one = TESTPMD.lock().unwrap_or_else(|e| e.into_inner());

@@ -80,16 +80,17 @@ proptest! {
     ) {
         let (_arena, mut q) = hostile_queue(&desc, &avail, avail_idx);
         let mut out = [0u8; 2048];
+        let mut spill = Vec::new();
         for _ in 0..2 * QSIZE {
-            match q.pop_tx(12, &mut out) {
-                Moved::Packet(n) => prop_assert!(n <= out.len()),
+            match q.pop_tx(12, false, &mut out, &mut spill, 65_600) {
+                Moved::Packet(n) => prop_assert!(n <= out.len() || spill.len() == n),
                 Moved::Empty => break,
-                Moved::Bad => {}
+                Moved::Bad(_) => {}
             }
         }
         q.publish_used();
         for _ in 0..2 * QSIZE {
-            if q.push_rx(12, &[0x5a; 1500]) == Moved::Empty {
+            if q.push_rx(12, &[0x5a; 1500], true) == Moved::Empty {
                 break;
             }
         }
@@ -120,7 +121,7 @@ proptest! {
         let dma = SimDma::new();
         let pool = Mempool::new(&*dma, "be", 256, 2048).unwrap();
         let path = socket("msg");
-        let be = VhostUserBackend::listen(BackendConfig { name: "be".into(), path: path.clone(), queue_pairs: 1, mac: [2, 0, 0, 0, 0, 9] }, pool).unwrap();
+        let be = VhostUserBackend::listen(BackendConfig { name: "be".into(), path: path.clone(), queue_pairs: 1, mac: [2, 0, 0, 0, 0, 9], host_tso: false }, pool).unwrap();
         {
             let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
             s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
@@ -160,12 +161,82 @@ fn fuzz_regressions_descriptor_chain() {
     let mut out = [0u8; 2048];
     let mut bad = 0;
     for _ in 0..2 * QSIZE {
-        match q.pop_tx(12, &mut out) {
+        match q.pop_tx(12, false, &mut out, &mut Vec::new(), 65_600) {
             Moved::Packet(n) => assert!(n <= out.len()),
             Moved::Empty => break,
-            Moved::Bad => bad += 1,
+            Moved::Bad(_) => bad += 1,
         }
-        let _ = q.push_rx(12, &[0x5a; 100]);
+        let _ = q.push_rx(12, &[0x5a; 100], true);
     }
     assert!(bad > 0, "the overflowing chain is refused as bad");
+}
+
+/// Chains that lie are dropped with their reason, never read past: a
+/// loop, a buffer past the shared memory, a frame past the limit; an
+/// honest jumbo chain (header in a descriptor of its own) is read whole,
+/// and a jumbo frame pushed into small receive buffers with MRG_RXBUF
+/// spans as many as it needs, `num_buffers` saying how many.
+#[test]
+fn lying_chains_are_dropped_with_their_reason_and_jumbo_chains_carried() {
+    use nfkit_virtio::vnet::DropReason;
+    const NEXT: u16 = 1;
+    const WRITE: u16 = 2;
+    let pop = |desc: &[RawDesc], max: usize| {
+        let (_arena, mut q) = hostile_queue(desc, &[0], 1);
+        let mut out = [0u8; 2048];
+        let mut spill = Vec::new();
+        let m = q.pop_tx(12, true, &mut out, &mut spill, max);
+        (m, spill.len())
+    };
+    let looped = [(8192, false, 100, NEXT, 1), (8192, false, 100, NEXT, 0)];
+    assert_eq!(pop(&looped, 65_600).0, Moved::Bad(DropReason::Loop));
+    let past = [(60 * 1024, false, 8192, 0, 0)];
+    assert_eq!(pop(&past, 65_600).0, Moved::Bad(DropReason::Outside));
+    let long = [(8192, false, 8000, NEXT, 1), (8192, false, 8000, 0, 0)];
+    assert_eq!(pop(&long, 9018).0, Moved::Bad(DropReason::TooLong));
+    let short = [(8192, false, 6, 0, 0)];
+    assert_eq!(pop(&short, 9018).0, Moved::Bad(DropReason::ShortHeader));
+    let written = [(8192, false, 100, WRITE, 0)];
+    assert_eq!(pop(&written, 9018).0, Moved::Bad(DropReason::Direction));
+    let jumbo = [(8192, false, 12, NEXT, 1), (12288, false, 9000, 0, 0)];
+    // Header and packet, kept together: 12 + 9000 bytes.
+    assert_eq!(pop(&jumbo, 9030), (Moved::Packet(9012), 9012));
+
+    // Eight posted receive buffers of 1536 bytes: a 9000-byte frame and
+    // its 12-byte header take six.
+    let bufs: Vec<RawDesc> = (0..8)
+        .map(|i| (8192 + 2048 * i, false, 1536, WRITE, 0))
+        .collect();
+    let (arena, mut q) = hostile_queue(&bufs, &[0, 1, 2, 3, 4, 5, 6, 7], 8);
+    let frame: Vec<u8> = (0..9000).map(|i| (i * 7) as u8).collect();
+    assert_eq!(q.push_rx(12, &frame, true), Moved::Packet(9000));
+    q.publish_used();
+    let start = arena.base_addr();
+    let region = RegionDesc {
+        guest_phys_addr: start,
+        memory_size: arena.len() as u64,
+        userspace_addr: start,
+        mmap_offset: 0,
+    };
+    let mem = FrontendMemory::map(&[region], vec![arena.file().try_clone().unwrap()]).unwrap();
+    let mut hint = 0;
+    let mut hdr = [0u8; 12];
+    mem.read(&mut hint, start + 8192, &mut hdr).unwrap();
+    assert_eq!(u16::from_le_bytes([hdr[10], hdr[11]]), 6, "num_buffers");
+    let mut got = Vec::new();
+    for i in 0..6u64 {
+        let mut b = vec![0u8; 1536];
+        mem.read(&mut hint, start + 8192 + 2048 * i, &mut b)
+            .unwrap();
+        got.extend_from_slice(if i == 0 { &b[12..] } else { &b[..] });
+    }
+    assert_eq!(&got[..9000], &frame[..]);
+    // Without MRG_RXBUF it does not fit one buffer: dropped, not cut.
+    assert_eq!(q.push_rx(12, &frame, false), Moved::Bad(DropReason::NoRoom));
+    // More than the ring's posted buffers can ever hold: dropped.
+    let huge = vec![0u8; 30_000];
+    assert!(matches!(
+        q.push_rx(12, &huge, true),
+        Moved::Empty | Moved::Bad(DropReason::NoRoom)
+    ));
 }

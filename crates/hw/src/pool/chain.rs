@@ -212,6 +212,32 @@ impl PktBuf {
         }
     }
 
+    /// Device address and length of each segment, first to last: what
+    /// a driver hands a device as one descriptor per segment.
+    pub fn dma_segments(&self) -> impl Iterator<Item = (u64, usize)> + '_ {
+        let mut slot = if self.is_chained() {
+            self.head_slot()
+        } else {
+            ChainSlot::default()
+        };
+        let mut left = slot.left;
+        let first = std::iter::once((self.device_addr(), self.len()));
+        first.chain(std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            let id = slot.next & ID_MASK;
+            // SAFETY: a segment of this chain (owned by its head,
+            // borrowed here).
+            slot = unsafe { *self.pool.slot(id) };
+            Some((
+                self.pool.entry_device_addr(id) + u64::from(slot.off),
+                usize::from(slot.len),
+            ))
+        }))
+    }
+
     /// Copy the whole frame into `out` (cleared first).
     pub fn copy_frame_to(&self, out: &mut Vec<u8>) {
         out.clear();
@@ -295,6 +321,7 @@ impl PktBuf {
         if !was_chained {
             self.id |= CHAINED;
             self.pool.inner.chains_out.fetch_add(1, Ordering::Relaxed);
+            super::pktbuf::CHAINS_USED.store(true, Ordering::Relaxed);
         }
         Ok(())
     }

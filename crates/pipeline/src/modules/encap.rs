@@ -69,7 +69,7 @@ impl Module for IpEncap {
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
         let before = batch.len();
         batch.retain(|p| {
-            let total = p.len() + 20;
+            let total = p.pkt_len() + 20;
             if total > u16::MAX as usize {
                 return false;
             }

@@ -85,12 +85,13 @@ impl Module for TunnelEncap {
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
         let before = batch.len();
         batch.retain(|p| {
-            let inner = p.data();
-            if inner.len() < 14 || inner.len() + 16 + 20 > u16::MAX as usize {
+            // A chain (a super-frame): its whole length, its first bytes.
+            let (inner, len) = (p.data(), p.pkt_len());
+            if inner.len() < 14 || len + 16 + 20 > u16::MAX as usize {
                 return false;
             }
             let sport = entropy(inner);
-            let udp_len = (inner.len() + 16) as u16;
+            let udp_len = (len + 16) as u16;
             let mut vni = [0u8; 4];
             let id = ctx.attr(2).bytes(p);
             vni[4 - id.len().min(4)..].copy_from_slice(&id[id.len().saturating_sub(4)..]);

@@ -28,6 +28,7 @@ use super::memory::{FrontendMemory, RegionDesc};
 use super::shared_ring::RingAddrs;
 use crate::error::VirtioError;
 use crate::spec::feature;
+use crate::vnet::{self, DropCounts, DropReason, Offloads};
 use nfkit_hw::pool::MAX_BATCH;
 use nfkit_hw::{Batch, Mempool, PoolCache};
 use nfkit_port::{LinkStatus, Port, QueueStats};
@@ -70,6 +71,8 @@ struct Vring {
     enabled: bool,
     event_idx: bool,
     hdr_len: usize,
+    /// The offloads and buffer merging the frontend negotiated.
+    offloads: Offloads,
     /// The ring's fault was logged and counted.
     fault_reported: bool,
 }
@@ -87,6 +90,7 @@ impl Vring {
             enabled: false,
             event_idx: false,
             hdr_len: crate::spec::net::HDR_LEN_LEGACY,
+            offloads: Offloads::default(),
             fault_reported: false,
         }
     }
@@ -217,6 +221,8 @@ struct Shared {
     last_msg_ms: AtomicU64,
     setup_timeout_ms: AtomicU64,
     epoch: std::time::Instant,
+    /// HOST_TSO4/6 and HOST_ECN are offered.
+    host_tso: bool,
 }
 
 impl Shared {
@@ -239,6 +245,11 @@ pub struct BackendConfig {
     /// Queue pairs offered (VIRTIO_NET_F_MQ when more than one).
     pub queue_pairs: u16,
     pub mac: [u8; 6],
+    /// Offer HOST_TSO4/6 and HOST_ECN: the frontend may send 64 KiB TSO
+    /// super-frames, held as chains with their segmentation in the
+    /// offload metadata (off by default: something further on must
+    /// segment them).
+    pub host_tso: bool,
 }
 
 /// The vhost-user backend port.
@@ -251,6 +262,10 @@ pub struct VhostUserBackend {
     caches: Vec<PoolCache>,
     shared: Arc<Shared>,
     stats: Vec<QueueStats>,
+    /// Per queue pair: drops by reason, and room for a frame longer than
+    /// one buffer while it is read.
+    drops: Vec<DropCounts>,
+    spill: Vec<Vec<u8>>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
     /// The socket's (device, inode), to remove only our own on drop.
@@ -336,6 +351,7 @@ impl VhostUserBackend {
             last_msg_ms: AtomicU64::new(0),
             setup_timeout_ms: AtomicU64::new(SETUP_TIMEOUT.as_millis() as u64),
             epoch: std::time::Instant::now(),
+            host_tso: cfg.host_tso,
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -349,6 +365,10 @@ impl VhostUserBackend {
             pool,
             shared,
             stats: vec![QueueStats::default(); pairs as usize],
+            drops: vec![DropCounts::default(); pairs as usize],
+            spill: (0..pairs)
+                .map(|_| Vec::with_capacity(vnet::MAX_FRAME))
+                .collect(),
             thread: Some(thread),
             path: cfg.path,
             socket_id,
@@ -378,6 +398,22 @@ impl VhostUserBackend {
 
     pub fn counters(&self) -> &BackendCounters {
         &self.shared.counters
+    }
+
+    /// Frames dropped on queue pair `queue`, by reason (both directions;
+    /// each is also in `rx_errors` or `tx_errors`).
+    pub fn drops(&self, queue: usize) -> DropCounts {
+        self.drops.get(queue).copied().unwrap_or_default()
+    }
+
+    /// The offloads the connected frontend negotiated (none before one
+    /// sets its features).
+    pub fn offloads(&self) -> Offloads {
+        self.shared
+            .vrings
+            .first()
+            .map(|v| v.lock().offloads)
+            .unwrap_or_default()
     }
 }
 
@@ -553,10 +589,27 @@ impl Handler {
     fn offered(&self) -> u64 {
         // IN_ORDER (§2.7.9): `DeviceQueue` takes chains in ring order and
         // gives every one back in that order, bad ones included.
+        // MRG_RXBUF (§5.1.6.3.1): frames larger than the guest's receive
+        // buffers continue in its next ones. The checksum and
+        // segmentation offloads (§5.1.6.2, §5.1.6.4) map to the packets'
+        // offload metadata (`crate::vnet`); HOST_TSO only where the port
+        // was asked for it (`tso=on`): its super-frames need a TSO module
+        // or a port that segments further on.
         let mut f = feature::F_VERSION_1
             | feature::VHOST_USER_F_PROTOCOL_FEATURES
             | feature::F_EVENT_IDX
-            | feature::F_IN_ORDER;
+            | feature::F_IN_ORDER
+            | feature::NET_F_MRG_RXBUF
+            | feature::NET_F_CSUM
+            | feature::NET_F_GUEST_CSUM
+            | feature::NET_F_GUEST_TSO4
+            | feature::NET_F_GUEST_TSO6
+            | feature::NET_F_GUEST_ECN;
+        // Not CTRL_GUEST_OFFLOADS: it needs a control queue (§5.1.3.1),
+        // which over vhost-user is the VMM's (QEMU serves it itself).
+        if self.shared.host_tso {
+            f |= feature::NET_F_HOST_TSO4 | feature::NET_F_HOST_TSO6 | feature::NET_F_HOST_ECN;
+        }
         if self.shared.vrings.len() > 2 {
             f |= feature::NET_F_MQ;
         }
@@ -615,6 +668,7 @@ impl VhostUserBackendReqHandlerMut for Handler {
         for v in self.shared.vrings.iter() {
             let mut v = v.lock();
             v.hdr_len = hdr_len;
+            v.offloads = Offloads::of_device(features);
             v.event_idx = event_idx;
             v.enabled |= implied;
             if let (Some(mem), true) = (s.mem.as_ref(), v.queue.is_some()) {
@@ -834,11 +888,15 @@ impl Port for VhostUserBackend {
     }
 
     /// Packets the frontend transmitted (its transmitq, ring 2q+1), each
-    /// copied into one of our buffers.
+    /// copied into one of our buffers, or a chain of them when longer
+    /// (up to [`vnet::MAX_FRAME`]); their `virtio_net_hdr` becomes
+    /// offload metadata where the frontend negotiated offloads.
     fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        let (Some(stats), Some(cache), Some(ring)) = (
+        let (Some(stats), Some(cache), Some(drops), Some(spill), Some(ring)) = (
             self.stats.get_mut(queue),
             self.caches.get_mut(queue),
+            self.drops.get_mut(queue),
+            self.spill.get_mut(queue),
             self.shared.vrings.get(2 * queue + 1),
         ) else {
             return 0;
@@ -847,11 +905,15 @@ impl Port for VhostUserBackend {
         if !v.live() {
             return 0;
         }
-        let hdr_len = v.hdr_len;
+        let (hdr_len, offloads) = (v.hdr_len, v.offloads);
         let Some(q) = v.queue.as_mut() else {
             return 0;
         };
         let room = self.pool.data_room();
+        // With offloads the header is read too, in front of the packet
+        // (in the buffer's headroom; one copy for both).
+        let reads_hdr = offloads.recv_csum || offloads.recv_gso;
+        let keep = if reads_hdr { hdr_len } else { 0 };
         let mut got = 0;
         q.prefetch(batch.room());
         while !batch.is_full() && q.pending() > 0 {
@@ -859,22 +921,73 @@ impl Port for VhostUserBackend {
             let Some(mut buf) = cache.alloc() else {
                 break;
             };
-            // Cannot fail: the data room is the buffer's length limit.
+            // Cannot fail: the data room is the buffer's length limit,
+            // and the headroom is larger than any header.
             let _ = buf.set_len(room);
-            match q.pop_tx(hdr_len, buf.data_mut()) {
+            if keep > 0 {
+                let _ = buf.prepend(keep);
+            }
+            let max = vnet::MAX_FRAME + keep;
+            match q.pop_tx(hdr_len, keep > 0, buf.data_mut(), spill, max) {
+                Moved::Packet(n) if n < keep => {
+                    cache.free(buf);
+                    drops.count(DropReason::ShortHeader, &self.name);
+                    stats.rx_errors += 1;
+                }
                 Moved::Packet(n) => {
-                    let _ = buf.set_len(n);
+                    let pkt = if n <= room + keep {
+                        let _ = buf.set_len(n);
+                        if keep > 0 {
+                            let mut hdr = [0u8; 12];
+                            let h = keep.min(12);
+                            hdr[..h].copy_from_slice(&buf.data()[..h]);
+                            let _ = buf.adj(keep);
+                            let asks = hdr[0] | hdr[1] != 0;
+                            let taken = if asks {
+                                vnet::take_header(&hdr, &mut buf, &offloads, spill)
+                            } else {
+                                Ok(())
+                            };
+                            if let Err(r) = taken {
+                                cache.free(buf);
+                                drops.count(r, &self.name);
+                                stats.rx_errors += 1;
+                                continue;
+                            }
+                        }
+                        buf
+                    } else {
+                        // A frame longer than one buffer, whole in `spill`.
+                        cache.free(buf);
+                        let (hdr, frame) = spill.split_at_mut(keep);
+                        let mut h = [0u8; 12];
+                        h[..keep.min(12)].copy_from_slice(&hdr[..keep.min(12)]);
+                        match chain_from(
+                            &self.pool,
+                            (keep > 0).then_some(&h),
+                            &mut frame[..n - keep],
+                            &offloads,
+                        ) {
+                            Ok(c) => c,
+                            Err(r) => {
+                                drops.count(r, &self.name);
+                                stats.rx_errors += 1;
+                                continue;
+                            }
+                        }
+                    };
                     stats.rx_packets += 1;
-                    stats.rx_bytes += n as u64;
-                    batch.push(buf);
+                    stats.rx_bytes += (n - keep) as u64;
+                    batch.push(pkt);
                     got += 1;
                 }
                 Moved::Empty => {
                     cache.free(buf);
                     break;
                 }
-                Moved::Bad => {
+                Moved::Bad(r) => {
                     cache.free(buf);
+                    drops.count(r, &self.name);
                     stats.rx_errors += 1;
                 }
             }
@@ -887,11 +1000,14 @@ impl Port for VhostUserBackend {
     }
 
     /// Packets to the frontend (into its receiveq, ring 2q), each copied
-    /// into a buffer it posted; ours go back to the cache.
+    /// into a buffer it posted (several with MRG_RXBUF); ours go back to
+    /// the cache. Offload state the frontend negotiated goes into the
+    /// `virtio_net_hdr`; what it did not is done in software first.
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        let (Some(stats), Some(cache), Some(ring)) = (
+        let (Some(stats), Some(cache), Some(drops), Some(ring)) = (
             self.stats.get_mut(queue),
             self.caches.get_mut(queue),
+            self.drops.get_mut(queue),
             self.shared.vrings.get(2 * queue),
         ) else {
             return 0;
@@ -904,18 +1020,28 @@ impl Port for VhostUserBackend {
             queue: Some(q),
             call,
             hdr_len,
+            offloads,
             ..
         } = &mut *v
         else {
             return 0;
         };
-        let hdr_len = *hdr_len;
+        let (hdr_len, offloads) = (*hdr_len, *offloads);
+        let mergeable = offloads.mergeable;
         let mut taken = 0;
         let mut sent = 0;
         // No prefetching here: measured against DPDK's virtio_user, it
         // costs more than it saves on this side (see `DeviceQueue::prefetch`).
-        for pkt in batch.iter() {
-            match q.push_rx(hdr_len, pkt.data()) {
+        for pkt in batch.iter_mut() {
+            let moved = if pkt.is_chained() || pkt.offload().is_some() {
+                match push_with_header(q, hdr_len, pkt, &offloads) {
+                    Ok(m) => m,
+                    Err(r) => Moved::Bad(r),
+                }
+            } else {
+                q.push_rx(hdr_len, pkt.data(), mergeable)
+            };
+            match moved {
                 Moved::Packet(n) => {
                     stats.tx_packets += 1;
                     stats.tx_bytes += n as u64;
@@ -923,7 +1049,10 @@ impl Port for VhostUserBackend {
                 }
                 // No receive buffer posted: the rest waits in `batch`.
                 Moved::Empty => break,
-                Moved::Bad => stats.tx_errors += 1,
+                Moved::Bad(r) => {
+                    drops.count(r, &self.name);
+                    stats.tx_errors += 1;
+                }
             }
             taken += 1;
             if taken % PUBLISH_EVERY == 0 && q.publish_used() {
@@ -937,6 +1066,32 @@ impl Port for VhostUserBackend {
         drop(v);
         cache.free_bulk(batch.drain_front(taken));
         sent
+    }
+
+    fn max_frame(&self) -> usize {
+        vnet::MAX_FRAME
+    }
+    fn tx_chains(&self) -> bool {
+        true
+    }
+    /// What the connected frontend negotiated; before one does, what is
+    /// offered (a packet whose state a later frontend did not negotiate
+    /// is finished in software in `tx_batch`).
+    fn capabilities(&self) -> nfkit_port::Caps {
+        let o = if self.connected() {
+            self.offloads()
+        } else {
+            Offloads {
+                send_csum: true,
+                send_tso4: true,
+                send_tso6: true,
+                send_ecn: true,
+                recv_csum: true,
+                recv_gso: self.shared.host_tso,
+                mergeable: true,
+            }
+        };
+        o.caps(vnet::MAX_FRAME)
     }
 
     /// The frontend's kick eventfd of its transmitq; a ring not running
@@ -996,6 +1151,65 @@ impl Port for VhostUserBackend {
     fn pool(&self) -> &Mempool {
         &self.pool
     }
+}
+
+/// A received frame longer than one buffer (all of it in `frame`) as a
+/// chain, its header read first (a partial checksum completed over the
+/// whole frame).
+fn chain_from(
+    pool: &Mempool,
+    hdr: Option<&[u8; 12]>,
+    frame: &mut [u8],
+    offloads: &Offloads,
+) -> Result<nfkit_hw::PktBuf, DropReason> {
+    let o = match hdr {
+        Some(h) => vnet::read_header(h, frame, offloads, true)?.0,
+        None => None,
+    };
+    let mut c = pool.alloc_frame(frame).map_err(|e| match e {
+        nfkit_hw::pool::ChainError::NoBuffer => DropReason::NoBuffer,
+        _ => DropReason::TooLong,
+    })?;
+    if let Some(o) = o {
+        c.set_offload(o);
+    }
+    Ok(c)
+}
+
+/// Push a chained frame, or one with offload state, with its header.
+/// State the frontend did not negotiate is done in software first
+/// (single buffers; a chain with such state is dropped).
+fn push_with_header(
+    q: &mut DeviceQueue,
+    hdr_len: usize,
+    pkt: &mut nfkit_hw::PktBuf,
+    offloads: &Offloads,
+) -> Result<Moved, DropReason> {
+    if pkt.offload().is_some() && !pkt.is_chained() {
+        nfkit_packet::offload_meta::finish_for(pkt, offloads.caps(vnet::MAX_FRAME))
+            .map_err(|_| DropReason::BadOffload)?;
+    }
+    if let Some(o) = pkt.offload() {
+        if !offloads.sends(o) || o.check(pkt.pkt_len()).is_err() {
+            return Err(DropReason::BadOffload);
+        }
+    }
+    if pkt.pkt_len() > vnet::MAX_FRAME {
+        return Err(DropReason::TooLong);
+    }
+    let mut hdr = [0u8; 12];
+    let hdr = &mut hdr[..hdr_len.min(12)];
+    vnet::write_header(pkt.offload(), 1, hdr);
+    let mut parts: [&[u8]; 1 + nfkit_hw::pool::MAX_SEGS] = [&[]; 1 + nfkit_hw::pool::MAX_SEGS];
+    parts[0] = hdr;
+    let mut n = 1;
+    for seg in pkt.segments() {
+        if let Some(p) = parts.get_mut(n) {
+            *p = seg;
+            n += 1;
+        }
+    }
+    Ok(q.push_frame(hdr_len, &parts[..n], offloads.mergeable))
 }
 
 /// The default socket path for a port name.

@@ -22,6 +22,7 @@ use super::memory::FrontendMemory;
 use super::shared_ring::{PlaceError, RingAddrs, SharedRing};
 use crate::spec::{desc, ring};
 use crate::virtqueue::need_event;
+use crate::vnet::DropReason;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -32,8 +33,9 @@ pub enum Moved {
     Packet(usize),
     /// The driver has posted nothing (or the queue has stopped).
     Empty,
-    /// The chain was malformed or too small; it was returned unused.
-    Bad,
+    /// The chain was malformed or too small, or the frame too large; it
+    /// was returned unused (every chain taken for it, with length 0).
+    Bad(DropReason),
 }
 
 /// The `virtio_net_hdr` a device puts in front of a received packet
@@ -47,6 +49,34 @@ pub fn rx_header(hdr_len: usize) -> &'static [u8] {
         &MODERN
     } else {
         &LEGACY[..hdr_len.min(LEGACY.len())]
+    }
+}
+
+/// A read position in a frame given as slices.
+struct Cursor<'a> {
+    parts: &'a [&'a [u8]],
+    i: usize,
+    off: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn done(&mut self) -> bool {
+        while let Some(p) = self.parts.get(self.i) {
+            if self.off < p.len() {
+                return false;
+            }
+            self.i += 1;
+            self.off = 0;
+        }
+        true
+    }
+    /// Up to `max` bytes of the current part (call after `done`).
+    fn take(&mut self, max: usize) -> &'a [u8] {
+        let p: &'a [u8] = self.parts.get(self.i).copied().unwrap_or(&[]);
+        let end = p.len().min(self.off + max);
+        let chunk = &p[self.off.min(end)..end];
+        self.off = end;
+        chunk
     }
 }
 
@@ -74,6 +104,8 @@ pub struct DeviceQueue {
     published: u16,
     event_idx: bool,
     fault: Option<RingFault>,
+    /// Heads of the chains one merged receive frame took (queue size).
+    taken: Box<[u16]>,
 }
 
 impl DeviceQueue {
@@ -105,6 +137,7 @@ impl DeviceQueue {
             published: used,
             event_idx,
             fault: None,
+            taken: vec![0; size as usize].into_boxed_slice(),
         })
     }
 
@@ -208,132 +241,286 @@ impl DeviceQueue {
     }
 
     /// §5.1.6.2 seen from the device: copy the next packet the driver
-    /// transmitted into `out` (without its `hdr_len`-byte header, which
-    /// asks for no offload we offered) and give the chain back.
+    /// transmitted and give the chain back. Its `hdr_len`-byte header is
+    /// skipped, or with `keep_hdr` copied in front of the packet (one
+    /// copy: header and packet usually share a buffer) and counted in
+    /// the length. The bytes go into `out`, or, when longer than `out`,
+    /// all of them into `spill` (`Moved::Packet(n)` with
+    /// `n > out.len()`). More than `max` bytes, a loop, a buffer outside
+    /// the memory or of the wrong direction is `Moved::Bad`, never read
+    /// past.
     #[inline]
-    pub fn pop_tx(&mut self, hdr_len: usize, out: &mut [u8]) -> Moved {
+    pub fn pop_tx(
+        &mut self,
+        hdr_len: usize,
+        keep_hdr: bool,
+        out: &mut [u8],
+        spill: &mut Vec<u8>,
+        max: usize,
+    ) -> Moved {
         let Some(head) = self.take_head() else {
             return Moved::Empty;
         };
         if head >= self.ring.size() {
-            return Moved::Bad; // no such chain to give back
+            return Moved::Bad(DropReason::BadIndex); // no such chain to give back
         }
-        let got = self.read_chain(head, hdr_len, out);
+        let skip = if keep_hdr { 0 } else { hdr_len };
+        let got = self.read_chain(head, skip, hdr_len, out, spill, max);
         self.give_back(head, 0);
         match got {
-            Some(n) => Moved::Packet(n),
-            None => Moved::Bad,
+            Ok(n) => Moved::Packet(n),
+            Err(r) => Moved::Bad(r),
         }
     }
 
-    /// Read chain `head` as one byte stream (header, then packet) into
-    /// `out`; the packet's length, or `None` if the chain is bad.
-    fn read_chain(&mut self, head: u16, hdr_len: usize, out: &mut [u8]) -> Option<usize> {
-        let mut skip = hdr_len;
+    /// Read chain `head` as one byte stream (header, then packet), the
+    /// first `skip` bytes skipped; the bytes read. The stream must be at
+    /// least `hdr_len` long.
+    fn read_chain(
+        &mut self,
+        head: u16,
+        mut skip: usize,
+        hdr_len: usize,
+        out: &mut [u8],
+        spill: &mut Vec<u8>,
+        max: usize,
+    ) -> Result<usize, DropReason> {
+        let skip_total = skip;
         let mut n = 0usize;
+        let mut spilled = false;
         let mut id = head;
         for _ in 0..self.ring.size() {
-            let d = self.ring.descriptor(id)?;
+            let d = self.ring.descriptor(id).ok_or(DropReason::BadIndex)?;
             if d.flags & (desc::F_WRITE | desc::F_INDIRECT) != 0 {
-                return None;
+                return Err(DropReason::Direction);
             }
-            let s = skip.min(d.len as usize);
-            skip -= s;
-            let len = d.len as usize - s;
+            let mut len = d.len as usize;
+            // The frontend picks the address: one near u64::MAX must
+            // not wrap around to memory it did not name.
+            let mut addr = d.addr;
+            if skip > 0 {
+                let s = skip.min(len);
+                skip -= s;
+                len -= s;
+                addr = addr.checked_add(s as u64).ok_or(DropReason::Outside)?;
+            }
             if len > 0 {
-                // The frontend picks the address: one near u64::MAX must
-                // not wrap around to memory it did not name.
-                let addr = d.addr.checked_add(s as u64)?;
-                let dst = out.get_mut(n..n + len)?;
-                self.ring.memory().read(&mut self.hint, addr, dst).ok()?;
+                if n + len > max {
+                    return Err(DropReason::TooLong);
+                }
+                let mem = self.ring.memory();
+                if !spilled && n + len <= out.len() {
+                    mem.read(&mut self.hint, addr, &mut out[n..n + len])
+                        .map_err(|_| DropReason::Outside)?;
+                } else {
+                    if !spilled {
+                        spilled = true;
+                        spill.clear();
+                        spill.extend_from_slice(&out[..n]);
+                    }
+                    spill.resize(n + len, 0);
+                    mem.read(&mut self.hint, addr, &mut spill[n..n + len])
+                        .map_err(|_| DropReason::Outside)?;
+                }
                 n += len;
             }
             if d.flags & desc::F_NEXT == 0 {
-                return (skip == 0).then_some(n);
+                return if skip == 0 && n >= hdr_len - hdr_len.min(skip_total) {
+                    Ok(n)
+                } else {
+                    Err(DropReason::ShortHeader)
+                };
             }
             id = d.next;
         }
-        None // longer than the queue: a loop
+        Err(DropReason::Loop) // longer than the queue: a loop
     }
 
     /// §5.1.6.4 seen from the device: write `pkt` behind a
     /// `hdr_len`-byte [`rx_header`] into the next receive chain (one
     /// buffer, usually: the header is a small constant store, the packet
-    /// one copy), and give it back.
+    /// one copy), and give it back. With `mergeable` (MRG_RXBUF) a packet
+    /// larger than one chain continues in the next ones.
     #[inline]
-    pub fn push_rx(&mut self, hdr_len: usize, pkt: &[u8]) -> Moved {
-        self.push_parts(hdr_len, [rx_header(hdr_len), pkt])
-    }
-
-    #[inline]
-    fn push_parts(&mut self, hdr_len: usize, parts: [&[u8]; 2]) -> Moved {
+    pub fn push_rx(&mut self, hdr_len: usize, pkt: &[u8], mergeable: bool) -> Moved {
         let Some(head) = self.take_head() else {
             return Moved::Empty;
         };
         if head >= self.ring.size() {
-            return Moved::Bad;
+            return Moved::Bad(DropReason::BadIndex);
         }
-        match self.write_chain(head, parts) {
-            Some(written) => {
-                self.give_back(head, written as u32);
-                Moved::Packet(written.saturating_sub(hdr_len))
-            }
-            None => {
-                self.give_back(head, 0);
-                Moved::Bad
+        let hdr = rx_header(hdr_len);
+        let total = hdr.len() + pkt.len();
+        // The usual case: one buffer with room for everything.
+        if let Some(d) = self.ring.descriptor(head) {
+            if d.flags & (desc::F_WRITE | desc::F_INDIRECT) == desc::F_WRITE
+                && d.len as usize >= total
+            {
+                let mem = self.ring.memory();
+                let ok = mem.write(&mut self.hint, d.addr, hdr).is_ok()
+                    // Inside the buffer: d.len >= total.
+                    && mem.write(&mut self.hint, d.addr + hdr.len() as u64, pkt).is_ok();
+                if !ok {
+                    self.give_back(head, 0);
+                    return Moved::Bad(DropReason::Outside);
+                }
+                self.give_back(head, total as u32);
+                return Moved::Packet(pkt.len());
             }
         }
+        self.push_slow(head, hdr_len, &[hdr, pkt], mergeable)
     }
 
-    /// Write `parts` one after the other into chain `head`; the bytes
-    /// written, or `None` if the chain is bad or too short.
-    fn write_chain(&mut self, head: u16, mut parts: [&[u8]; 2]) -> Option<usize> {
-        let total = parts[0].len() + parts[1].len();
-        // The usual case: one buffer with room for everything.
-        let d = self.ring.descriptor(head)?;
-        if d.flags & (desc::F_WRITE | desc::F_INDIRECT) == desc::F_WRITE && d.len as usize >= total
-        {
-            let mem = self.ring.memory();
-            mem.write(&mut self.hint, d.addr, parts[0]).ok()?;
-            if !parts[1].is_empty() {
-                let at = d.addr + parts[0].len() as u64; // inside the buffer
-                mem.write(&mut self.hint, at, parts[1]).ok()?;
-            }
-            return Some(total);
+    /// Write a frame given as slices (its `hdr_len`-byte header first,
+    /// then its bytes) into the next receive chain, or with `mergeable`
+    /// into as many chains as it needs, `num_buffers` (header bytes 10
+    /// and 11) set to their number. When the driver has not posted enough
+    /// chains yet, nothing is taken (`Moved::Empty`); a frame that would
+    /// need more chains than its ring has, or a chain it does not fit
+    /// without `mergeable`, is `Moved::Bad(NoRoom)`; every chain taken for
+    /// a dropped frame goes back with length 0.
+    #[inline]
+    pub fn push_frame(&mut self, hdr_len: usize, parts: &[&[u8]], mergeable: bool) -> Moved {
+        let Some(head) = self.take_head() else {
+            return Moved::Empty;
+        };
+        if head >= self.ring.size() {
+            return Moved::Bad(DropReason::BadIndex);
         }
+        // The usual case: one buffer with room for everything.
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if let Some(d) = self.ring.descriptor(head) {
+            if d.flags & (desc::F_WRITE | desc::F_INDIRECT) == desc::F_WRITE
+                && d.len as usize >= total
+            {
+                let mem = self.ring.memory();
+                let mut at = d.addr;
+                for part in parts {
+                    if mem.write(&mut self.hint, at, part).is_err() {
+                        self.give_back(head, 0);
+                        return Moved::Bad(DropReason::Outside);
+                    }
+                    at += part.len() as u64; // inside the buffer
+                }
+                self.give_back(head, total as u32);
+                return Moved::Packet(total.saturating_sub(hdr_len));
+            }
+        }
+        self.push_slow(head, hdr_len, parts, mergeable)
+    }
+
+    fn push_slow(&mut self, first: u16, hdr_len: usize, parts: &[&[u8]], mergeable: bool) -> Moved {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let start_avail = self.next_avail.wrapping_sub(1);
+        let start_used = self.next_used;
+        let mut cur = Cursor {
+            parts,
+            i: 0,
+            off: 0,
+        };
+        // Where header bytes 10 and 11 (num_buffers) landed.
+        let mut nb = [None; 2];
+        let mut head = first;
+        let mut bufs: u16 = 0;
+        let fail = |q: &mut Self, r| {
+            // Every chain taken for this frame: length 0.
+            let mut i = start_used;
+            while i != q.next_used {
+                let id = q.taken[(i.wrapping_sub(start_used)) as usize];
+                q.ring.set_used_entry(i, id, 0);
+                i = i.wrapping_add(1);
+            }
+            Moved::Bad(r)
+        };
+        loop {
+            let w = self.write_chain(head, &mut cur, &mut nb);
+            let i = self.next_used.wrapping_sub(start_used) as usize;
+            if let Some(t) = self.taken.get_mut(i) {
+                *t = head;
+            }
+            match w {
+                Ok(w) => self.give_back(head, w as u32),
+                Err(r) => {
+                    self.give_back(head, 0);
+                    return fail(self, r);
+                }
+            }
+            bufs += 1;
+            if cur.done() {
+                break;
+            }
+            if !mergeable {
+                return fail(self, DropReason::NoRoom);
+            }
+            if bufs >= self.ring.size() {
+                return fail(self, DropReason::NoRoom);
+            }
+            match self.take_head() {
+                Some(h) if h < self.ring.size() => head = h,
+                Some(_) => return fail(self, DropReason::BadIndex),
+                None => {
+                    // Not enough posted yet: take nothing, try again later.
+                    self.next_avail = start_avail;
+                    self.next_used = start_used;
+                    return Moved::Empty;
+                }
+            }
+        }
+        if mergeable {
+            let mem = self.ring.memory();
+            for (at, byte) in nb.iter().zip(bufs.to_le_bytes()) {
+                if let Some(a) = at {
+                    // Written a moment ago: inside the memory.
+                    let _ = mem.write(&mut self.hint, *a, &[byte]);
+                }
+            }
+        }
+        Moved::Packet(total.saturating_sub(hdr_len))
+    }
+
+    /// Write what is left of `cur` into chain `head`, as far as it goes;
+    /// the bytes written. `nb` records where header bytes 10 and 11 went.
+    fn write_chain(
+        &mut self,
+        head: u16,
+        cur: &mut Cursor<'_>,
+        nb: &mut [Option<u64>; 2],
+    ) -> Result<usize, DropReason> {
         let mut written = 0usize;
         let mut id = head;
         for _ in 0..self.ring.size() {
-            let d = self.ring.descriptor(id)?;
+            let d = self.ring.descriptor(id).ok_or(DropReason::BadIndex)?;
             if d.flags & desc::F_WRITE == 0 || d.flags & desc::F_INDIRECT != 0 {
-                return None;
+                return Err(DropReason::Direction);
             }
             let mut addr = d.addr;
             let mut room = d.len as usize;
-            for part in parts.iter_mut() {
-                let take = part.len().min(room);
-                if take == 0 {
-                    continue;
-                }
+            while room > 0 && !cur.done() {
+                let (part, off) = (cur.i, cur.off);
+                let chunk = cur.take(room);
                 self.ring
                     .memory()
-                    .write(&mut self.hint, addr, &part[..take])
-                    .ok()?;
-                *part = &part[take..];
-                // Cannot overflow: the write covered addr..addr + take.
-                addr += take as u64;
-                room -= take;
-                written += take;
+                    .write(&mut self.hint, addr, chunk)
+                    .map_err(|_| DropReason::Outside)?;
+                if part == 0 {
+                    for (k, slot) in nb.iter_mut().enumerate() {
+                        let b = 10 + k;
+                        if (off..off + chunk.len()).contains(&b) {
+                            *slot = Some(addr + (b - off) as u64);
+                        }
+                    }
+                }
+                // Cannot overflow: the write covered addr..addr + len.
+                addr += chunk.len() as u64;
+                room -= chunk.len();
+                written += chunk.len();
             }
-            if parts.iter().all(|p| p.is_empty()) {
-                return Some(written);
-            }
-            if d.flags & desc::F_NEXT == 0 {
-                return None; // the packet does not fit
+            if cur.done() || d.flags & desc::F_NEXT == 0 {
+                return Ok(written);
             }
             id = d.next;
         }
-        None
+        Err(DropReason::Loop)
     }
 
     /// Make the chains given back since the last call visible to the
