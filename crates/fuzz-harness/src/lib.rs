@@ -31,7 +31,7 @@ pub use devices::{
 pub use ixgbe::ixgbe_hostile;
 pub use nfs::{nf_bridge, nf_firewall, nf_lb, nf_nat, nf_options, nf_policer, nf_router};
 pub use offloads::offloads;
-pub use parsers::{nfk_config, packet_views, pcap_reader, port_spec};
+pub use parsers::{lacp_frames, nfk_config, packet_views, pcap_reader, port_spec};
 pub use tunnels::tunnels;
 
 /// A fuzz target: its name and what it does with an input.
@@ -62,6 +62,7 @@ pub const TARGETS: &[Target] = &[
     ("tunnels", tunnels),
     ("packet_chains", packet_chains),
     ("offloads", offloads),
+    ("lacp_frames", lacp_frames),
 ];
 
 /// The target called `name`.

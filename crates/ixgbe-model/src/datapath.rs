@@ -47,6 +47,10 @@ pub(crate) struct DataPath {
     pub frame: Vec<u8>,
     /// TX descriptors of the packet being assembled: (index, qword0, qword1).
     pub descs: Vec<(u32, u64, u64)>,
+    /// Each TX queue's contexts (§7.2.3.2.3), cleared when it is enabled.
+    pub tx_ctx: Vec<[Option<crate::offload::TxContext>; crate::offload::CONTEXTS]>,
+    /// Frames an offloaded packet became (reused).
+    pub out: Vec<Vec<u8>>,
     /// A frame waiting for a descriptor (SRRCTL.DROP_EN clear).
     pub held: Option<RxFrame>,
     pending: VecDeque<(u64, Writeback)>,
@@ -69,6 +73,8 @@ impl DataPath {
             active_tx: Vec::with_capacity(QUEUES),
             frame: Vec::with_capacity(16 * 1024),
             descs: Vec::with_capacity(64),
+            tx_ctx: vec![[None; crate::offload::CONTEXTS]; QUEUES],
+            out: Vec::new(),
             held: None,
             pending: VecDeque::new(),
             steps: 0,
@@ -96,6 +102,9 @@ impl DataPath {
                 };
                 let on = dev.regs.get(dctl) & DCTL_ENABLE != 0;
                 if on && !ring.live {
+                    if dir == Dir::Tx {
+                        self.tx_ctx[n] = [None; crate::offload::CONTEXTS];
+                    }
                     let (base, len) = dev.ring(dir, n);
                     let count = len / 16;
                     *ring = Ring {

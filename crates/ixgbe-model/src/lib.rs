@@ -39,6 +39,7 @@ mod device;
 mod dmacache;
 mod filter;
 pub mod irq;
+mod offload;
 mod pci;
 pub mod regfile;
 pub mod regs;

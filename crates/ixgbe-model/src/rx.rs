@@ -159,7 +159,14 @@ fn deliver(dp: &mut DataPath, dev: &Device, frame: &mut RxFrame) -> Outcome {
             let lo = u64::from(frame.class.rss_type)
                 | u64::from(frame.class.ptype) << 4
                 | u64::from(frame.class.hash) << 32;
+            // Checksum verdicts (§7.1.11) are valid in the last descriptor.
+            let csum = if last {
+                crate::offload::rx_status(&frame.data)
+            } else {
+                0
+            };
             let hi = ADV_DD
+                | csum
                 | if last { ADV_EOP } else { 0 }
                 | if error { ADV_RXE } else { 0 }
                 | (reported as u64) << 32;

@@ -8,7 +8,13 @@
 //!   IFCS 25, RS 27, DEXT 29 = 0), STA 35:32 (DD 32);
 //! - advanced data (§7.2.3.2.4): DTALEN 15:0, DTYP 23:20 = 0011b, DCMD
 //!   31:24 (EOP 24, IFCS 25, RS 27, DEXT 29 = 1), STA 35:32 (DD 32);
-//! - advanced context (§7.2.3.2.3): DTYP = 0010b, consumed without data.
+//! - advanced context (§7.2.3.2.3): DTYP = 0010b, consumed without data;
+//!   it fills one of the queue's two contexts (IDX), which later data
+//!   descriptors name in their olinfo (IDX 6:4) when they ask for an
+//!   offload: POPTS.IXSM (IPv4 header checksum), POPTS.TXSM (TCP/UDP
+//!   checksum), DCMD.TSE (TCP segmentation, §7.2.4), DCMD.VLE (VLAN tag
+//!   insertion). The offload fields are read from the packet's first data
+//!   descriptor (offload.rs).
 //!
 //! A data descriptor of length 0 is a null descriptor: no data is fetched
 //! but it is consumed and written back like any other.
@@ -28,7 +34,9 @@ const DTYP_SHIFT: u32 = 20;
 const DTYP_CONTEXT: u64 = 0b0010;
 const STA_DD: u64 = 1 << 32;
 /// Largest frame the engine assembles (jumbo 15.5 KB, §1.3).
-const MAX_TX_FRAME: usize = 16 * 1024;
+pub(crate) const MAX_TX_FRAME: usize = 16 * 1024;
+/// Largest TSO send: header plus a PAYLEN of 18 bits (256 KB, §7.2.4).
+const MAX_TSO_SEND: usize = 256 * 1024 + 512;
 /// Minimum frame without CRC when HLREG0.TXPADEN pads (64 with CRC).
 const MIN_FRAME: usize = 60;
 
@@ -128,11 +136,20 @@ fn send_packet(dp: &mut DataPath, dev: &Device, q: usize, peer: &PeerNow) -> boo
     let mut ok = true;
     let mut ifcs = false;
     let mut context_only = false;
+    let mut first: Option<u64> = None;
+    let mut limit = MAX_TX_FRAME;
     for &(idx, d0, d1) in &dp.descs {
         rs |= d1 & CMD_RS != 0;
         if d1 & CMD_DEXT != 0 && (d1 >> DTYP_SHIFT) & 0xF == DTYP_CONTEXT {
             context_only = true;
+            crate::offload::set_context(&mut dp.tx_ctx[q], dev, q, idx, d0, d1);
             continue;
+        }
+        if first.is_none() {
+            first = Some(d1);
+            if crate::offload::tse(d1) {
+                limit = MAX_TSO_SEND;
+            }
         }
         ifcs = d1 & CMD_IFCS != 0;
         let len = (d1 & LEN_MASK) as usize;
@@ -140,9 +157,9 @@ fn send_packet(dp: &mut DataPath, dev: &Device, q: usize, peer: &PeerNow) -> boo
             bump(&c.tx_null_descriptors, 1);
             continue;
         }
-        if dp.frame.len() + len > MAX_TX_FRAME {
+        if dp.frame.len() + len > limit {
             dev.strict.record("7.2.3.2.4", || {
-                format!("TX queue {q}: packet longer than {MAX_TX_FRAME} bytes")
+                format!("TX queue {q}: packet longer than {limit} bytes")
             });
             ok = false;
             continue;
@@ -177,12 +194,41 @@ fn send_packet(dp: &mut DataPath, dev: &Device, q: usize, peer: &PeerNow) -> boo
         }
         dp.frame.truncate(n - 4);
     }
-    if hl & HLREG0_TXPADEN != 0 && dp.frame.len() < MIN_FRAME {
-        dp.frame.resize(MIN_FRAME, 0);
+    let first = first.unwrap_or(0);
+    if crate::offload::asks(first) {
+        // Checksums, segmentation, a tag: each frame it makes goes out
+        // as below.
+        let mut frames = std::mem::take(&mut dp.out);
+        let ok = crate::offload::apply(dp, dev, q, first, ifcs, &mut frames);
+        if !ok {
+            bump(&c.tx_dropped, 1);
+        }
+        for f in frames.iter_mut() {
+            put_on_wire(dev, q, peer, f);
+        }
+        frames.clear();
+        dp.out = frames;
+        return rs;
     }
-    count_transmitted(dev, q, &dp.frame);
-    wire::transmit(dev, peer, &dp.frame);
+    if let Some(got) = crate::offload::paylen(first).filter(|&p| p != dp.frame.len()) {
+        let len = dp.frame.len();
+        dev.strict.record("7.2.3.2.4", || {
+            format!("TX queue {q}: PAYLEN {got} is not the packet's length {len} (without TSE it is the whole packet)")
+        });
+    }
+    let mut frame = std::mem::take(&mut dp.frame);
+    put_on_wire(dev, q, peer, &mut frame);
+    dp.frame = frame;
     rs
+}
+
+/// Pad (HLREG0.TXPADEN), count and transmit one frame.
+fn put_on_wire(dev: &Device, q: usize, peer: &PeerNow, frame: &mut Vec<u8>) {
+    if dev.regs.get(off::HLREG0) & HLREG0_TXPADEN != 0 && frame.len() < MIN_FRAME {
+        frame.resize(MIN_FRAME, 0);
+    }
+    count_transmitted(dev, q, frame);
+    wire::transmit(dev, peer, frame);
 }
 
 /// Transmit statistics (§8.2.3.23; byte counts include the CRC) and the

@@ -319,3 +319,93 @@ fn an_interrupt_enabled_with_no_vector() {
     b.assert_clean();
     drop(fds);
 }
+
+/// A context descriptor (§7.2.3.2.3) at the tail: IPLEN/MACLEN, TUCMD
+/// (IPV4 bit 10, L4T TCP bit 11), IDX, L4LEN, MSS.
+fn push_context(tx: &mut TxRing, maclen: u64, iplen: u64, l4len: u64, mss: u64) {
+    let i = tx.tail;
+    tx.ring.write_u64(i * 16, iplen | maclen << 9);
+    let mll = l4len << 8 | mss << 16;
+    tx.ring
+        .write_u64(i * 16 + 8, DEXT | DTYP_CTX | 1 << 10 | 1 << 11 | mll << 32);
+    tx.tail = (tx.tail + 1) % tx.n;
+}
+
+const TXSM: u64 = 1 << (32 + 9);
+const TSE: u64 = 1 << 31;
+
+/// Offload misuse is flagged with its section and nothing is sent: a data
+/// descriptor naming a context never set, TSO with an MSS of 0, headers
+/// that end past the packet, PAYLEN that is not the packet's length; the
+/// correct checksum request sends a frame whose UDP checksum verifies.
+#[test]
+fn offload_misuse_is_flagged_and_nothing_is_sent() {
+    let b = ready();
+    let mut tx = b.tx_queue(0, 256, true);
+    let data = DEXT | DTYP_DATA | EOP | IFCS | RS;
+    let frame = udp_frame(MAC, 128, 7);
+    let send = |tx: &TxRing| {
+        tx.bump(&b);
+        b.sleep(Duration::from_micros(10));
+        let mut n = 0;
+        b.nic.wire().drain_transmitted(|_| n += 1);
+        n
+    };
+    // 1. a checksum through a context never set
+    tx.push(&frame, data | TXSM);
+    assert_eq!(send(&tx), 0);
+    assert!(b.flagged("7.2.3.2.4"), "{:?}", b.violations());
+    b.nic.clear_violations();
+    // 2. TSO with MSS 0
+    push_context(&mut tx, 14, 20, 20, 0);
+    tx.push(&frame, data | TSE);
+    assert_eq!(send(&tx), 0);
+    assert!(b.flagged("7.2.3.2.3"), "{:?}", b.violations());
+    b.nic.clear_violations();
+    // 3. headers past the packet (IPLEN 200 in a 128-byte frame)
+    push_context(&mut tx, 14, 200, 20, 1000);
+    tx.push(&frame, data | TXSM);
+    assert_eq!(send(&tx), 0);
+    assert!(b.flagged("7.2.3.2.3"), "{:?}", b.violations());
+    b.nic.clear_violations();
+    // 4. PAYLEN not the packet's length
+    let i = tx.push(&frame, data);
+    let q1 = tx.qword1(i);
+    tx.ring.write_u64(i * 16 + 8, q1 + (1 << 46));
+    assert_eq!(send(&tx), 1, "sent, but flagged");
+    assert!(b.flagged("7.2.3.2.4"), "{:?}", b.violations());
+    b.nic.clear_violations();
+    // The correct request: a UDP checksum over the seeded pseudo-header.
+    let i = tx.tail;
+    tx.ring.write_u64(i * 16, 20 | 14 << 9);
+    tx.ring.write_u64(i * 16 + 8, DEXT | DTYP_CTX | 1 << 10);
+    tx.tail += 1;
+    let mut f = frame.clone();
+    let pseudo: u32 = f[26..34]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>()
+        + 17
+        + (f.len() - 34) as u32;
+    let pseudo = (pseudo & 0xFFFF) + (pseudo >> 16);
+    f[40..42].copy_from_slice(&(pseudo as u16).to_be_bytes());
+    tx.push(&f, data | TXSM);
+    tx.bump(&b);
+    b.sleep(Duration::from_micros(10));
+    let mut got = Vec::new();
+    b.nic.wire().drain_transmitted(|x| got.push(x.to_vec()));
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0][..40], frame[..40]);
+    let mut s: u64 = got[0][26..34]
+        .chunks(2)
+        .chain(got[0][34..].chunks(2))
+        .map(|w| u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum::<u64>()
+        + 17
+        + (got[0].len() - 34) as u64;
+    while s > 0xFFFF {
+        s = (s & 0xFFFF) + (s >> 16);
+    }
+    assert_eq!(s, 0xFFFF, "the UDP checksum verifies");
+    b.assert_clean();
+}

@@ -96,8 +96,9 @@ pub fn check_ring_size(size: usize) -> Result<(), InitError> {
 /// 82599's advanced descriptors: the transmit context descriptor
 /// (§7.2.3.2.3), the data descriptor's DCMD and POPTS (§7.2.3.2.4), and
 /// the receive write-back's status and errors (§7.1.6.2). The mapping
-/// table is in `nfkit_hw::pool::offload`. The driver's rings do not turn
-/// these offloads on yet; these are the fields they will use.
+/// table is in `nfkit_hw::pool::offload`. The queue model's transmit
+/// path for marked packets (`queue/marked.rs`) and its receive verdicts
+/// (`queue/rx_chain.rs`) use them.
 pub mod offload {
     use nfkit_hw::pool::offload::{self as f, Gso, Offload, Tunnel, L3, L4};
 

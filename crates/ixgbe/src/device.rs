@@ -29,7 +29,23 @@ pub struct DeviceConfig {
     /// §8.2.3.5.12; 2 µs steps, at most 1022 µs), once
     /// [`Device::enable_interrupts`] set them up.
     pub interrupt_interval: Duration,
+    /// The largest frame received and sent, CRC included. Above 1518
+    /// (and up to [`MAX_JUMBO_FRAME`]) jumbo frames are on
+    /// (HLREG0.JUMBOEN, MAXFRS.MFS, §8.2.3.22.8, §8.2.3.22.13) and a
+    /// frame larger than one receive buffer arrives over several
+    /// descriptors, as a chain.
+    pub max_frame: u32,
+    /// Receive checksum verdicts (§7.1.11: status IPCS/L4I, errors
+    /// IPE/L4E) become each packet's offload state. Off, the receive
+    /// path does nothing per packet for them.
+    pub rx_checksum: bool,
 }
+
+/// Largest frame without jumbo frames, CRC included.
+pub const STD_MAX_FRAME: u32 = 1518;
+/// Largest jumbo frame the driver sets (the 82599's 15.5 KB, §1.3),
+/// CRC included.
+pub const MAX_JUMBO_FRAME: u32 = 15872;
 
 impl Default for DeviceConfig {
     fn default() -> Self {
@@ -41,6 +57,8 @@ impl Default for DeviceConfig {
             link_timeout: Duration::from_secs(10),
             // Linux's ixgbe default (20,000 interrupts/s per vector)
             interrupt_interval: Duration::from_micros(50),
+            max_frame: STD_MAX_FRAME,
+            rx_checksum: false,
         }
     }
 }
@@ -155,6 +173,12 @@ impl<B: Bar + 'static> Device<B> {
                     regs::QUEUES
                 )));
             }
+        }
+        if !(STD_MAX_FRAME..=MAX_JUMBO_FRAME).contains(&config.max_frame) {
+            return Err(InitError::Config(format!(
+                "a largest frame of {} bytes: the 82599 takes {STD_MAX_FRAME} to {MAX_JUMBO_FRAME} (CRC included, §8.2.3.22.13)",
+                config.max_frame
+            )));
         }
         let done = init::initialize(pci, &*clock, &config)?;
         tracing::info!(

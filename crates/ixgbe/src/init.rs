@@ -281,11 +281,20 @@ impl<B: Bar> Init<'_, B> {
         }
         // LEFT ALONE (§4.6.7): VFTA is only consulted when VLNCTRL.VFE is
         // set (default 0), and ETQF/ETQS, RFCTL, MCSTCTRL, RXCSUM keep
-        // their defaults: no ethertype filters, no RSC/NFS, no checksum
-        // offload is used.
+        // their defaults: no ethertype filters, no RSC/NFS; RXCSUM
+        // (§8.2.3.7.5) only adds fragments' payload checksums (IPPCSE) and
+        // trades the RSS hash for them (PCSD): the IPv4/TCP/UDP verdicts
+        // the driver reads (§7.1.11) are written back either way.
         // CRC: RDRXCTL.CRC_STRIP must match HLREG0.RXCRCSTRP (default 1).
         // RSCFRSTSIZE cleared, RSCACKC and FCOE_WRFIX set as §8.2.3.8.8
         // requires even though RSC/FCoE are not used.
+        // Jumbo frames (§8.2.3.22.8 HLREG0.JUMBOEN, §8.2.3.22.13
+        // MAXFRS.MFS, CRC included) only when asked: HLREG0 keeps its
+        // default otherwise (§4.6.8).
+        if self.cfg.max_frame > crate::device::STD_MAX_FRAME {
+            r.write(&regs::MAXFRS, 0, self.cfg.max_frame << 16);
+            r.set(&regs::HLREG0, 0, regs::hlreg0::JUMBOEN);
+        }
         let rdrxctl = r.read(&regs::RDRXCTL, 0);
         let rdrxctl = (rdrxctl & !regs::rdrxctl::RSCFRSTSIZE_MASK)
             | regs::rdrxctl::CRC_STRIP

@@ -99,7 +99,9 @@ pub use agent::{
 };
 /// Offload metadata to and from the 82599's descriptor fields.
 pub use desc::offload as offload_desc;
-pub use device::{Device, DeviceConfig, DeviceStats, Link, QueueHwStats};
+pub use device::{
+    Device, DeviceConfig, DeviceStats, Link, QueueHwStats, MAX_JUMBO_FRAME, STD_MAX_FRAME,
+};
 pub use error::{InitError, Step};
 pub use init::InitReport;
 pub use irq::{Interrupts, LinkIrq, QueueIrq};

@@ -168,6 +168,32 @@ impl<B: Bar + 'static> Port for IxgbePort<B> {
     fn pool(&self) -> &Mempool {
         &self.pool
     }
+    /// A TSO send (`TSO_MAX_SEND`); a frame sent whole is at most the
+    /// configured largest frame less its CRC, larger ones are dropped
+    /// and counted by the transmit queue.
+    fn max_frame(&self) -> usize {
+        crate::queue::TSO_MAX_SEND
+    }
+    /// Chains go out as one data descriptor per segment (§7.2.3.2.4).
+    fn tx_chains(&self) -> bool {
+        true
+    }
+    /// IPv4 header, TCP and UDP checksums, the outer IPv4 checksum of a
+    /// tunnel, VLAN insertion and TCP segmentation through the context
+    /// descriptor (§7.2.3.2.3); receive verdicts when
+    /// `DeviceConfig::rx_checksum`.
+    fn capabilities(&self) -> nfkit_port::Caps {
+        use nfkit_port::cap;
+        let mut flags = cap::TX_IP_CSUM
+            | cap::TX_L4_CSUM
+            | cap::TX_OUTER_IP_CSUM
+            | cap::TX_VLAN_INSERT
+            | cap::TX_TSO;
+        if self.dev.config().rx_checksum {
+            flags |= cap::RX_IP_CSUM | cap::RX_L4_CSUM;
+        }
+        nfkit_port::Caps::new(flags, self.dev.config().max_frame - 4)
+    }
     /// The queue's MSI-X eventfd (VFIO or the model); without MSI-X
     /// (uio) the loop keeps polling.
     fn rx_wake(&self, queue: usize) -> RxWake {

@@ -21,12 +21,19 @@ use nfkit_hw::{Bar, Batch, Mempool};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+mod marked;
+mod rx_chain;
+
 /// Transmitted buffers are reclaimed this many at a time, and one
 /// descriptor in this many requests status (RS) — the last of each group,
 /// which is the only one the clean-up looks at. Requesting status for
 /// every packet would make the device write back 32 times as many
 /// descriptors for no information the driver uses.
 pub const TX_CLEAN_BATCH: usize = 32;
+
+/// The largest TSO send the transmit queue takes, headers included
+/// (Linux's 64 KB; the 82599 takes up to 256 KB of payload, §7.2.4).
+pub const TSO_MAX_SEND: usize = 64 * 1024;
 
 /// Per-queue counters, kept by the driver (no register reads).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +61,11 @@ pub struct RxQueue<B: Bar> {
     /// jumbo frames off; discarded whole if it does).
     discarding: bool,
     counters: QueueCounters,
+    /// Jumbo frames are on: a frame over several descriptors is a chain
+    /// (`rx_chain.rs`), not a drop.
+    jumbo: bool,
+    /// Checksum verdicts become offload state (`rx_chain.rs`).
+    rx_checksum: bool,
 }
 
 /// Receive status bits checked for every descriptor (§7.1.6.2): DD, EOP,
@@ -133,6 +145,8 @@ impl<B: Bar + 'static> RxQueue<B> {
             next: 0,
             discarding: false,
             counters: QueueCounters::default(),
+            jumbo: device.config().max_frame > crate::device::STD_MAX_FRAME,
+            rx_checksum: device.config().rx_checksum,
         })
     }
 }
@@ -166,6 +180,9 @@ impl<B: Bar> RxQueue<B> {
         loop {
             let (n, run_bytes, stop) = self.good_frames(i, batch.room(), &mut lens);
             let taken = self.bufs.take_bulk(i, &lens[..n], batch, &mut fresh);
+            if self.rx_checksum {
+                self.verdicts(i, taken, batch);
+            }
             // The run does not wrap (see `good_frames`).
             for (desc, &addr) in ring.run(i, taken).iter().zip(&fresh[..taken]) {
                 desc.write_q0(addr);
@@ -194,6 +211,23 @@ impl<B: Bar> RxQueue<B> {
                     break;
                 }
                 RunEnd::NotGood(status) => {
+                    if self.jumbo && !self.discarding {
+                        let mut parts = rx_chain::ChainParts {
+                            ring: &self.ring,
+                            bufs: &mut self.bufs,
+                            counters: &mut self.counters,
+                            rx_checksum: self.rx_checksum,
+                        };
+                        match parts.rx_chain(i, batch) {
+                            rx_chain::ChainRx::Wait => break,
+                            rx_chain::ChainRx::Done { descs, bytes: b } => {
+                                i = i.wrapping_add(descs);
+                                added += usize::from(b > 0);
+                                bytes += b;
+                                continue;
+                            }
+                        }
+                    }
                     arm!(QueueReceive, "run end", 3);
                     // Dropped, and its buffer lent again (write-back
                     // replaced the address, §7.1.6.2).
@@ -314,6 +348,13 @@ pub struct TxQueue<B: Bar> {
     clean: usize,
     tail_offset: usize,
     counters: QueueCounters,
+    /// Per group of TX_CLEAN_BATCH descriptors, how many hold no packet
+    /// (context, non-last segment and null descriptors of marked
+    /// packets; `marked.rs`). Zero while only single-segment packets
+    /// without offloads are sent.
+    extras: Box<[u8]>,
+    /// The largest frame sent whole (not segmented), without CRC.
+    wire_max: usize,
 }
 
 /// Advanced data descriptor command for one whole frame (§7.2.3.2.4):
@@ -359,6 +400,8 @@ impl<B: Bar + 'static> TxQueue<B> {
             next: 0,
             clean: 0,
             counters: QueueCounters::default(),
+            extras: vec![0; ring_size / TX_CLEAN_BATCH].into_boxed_slice(),
+            wire_max: device.config().max_frame as usize - 4,
         })
     }
 }
@@ -380,6 +423,9 @@ impl<B: Bar> TxQueue<B> {
     #[inline(always)]
     fn send(&mut self, batch: &mut Batch) -> usize {
         self.reclaim_transmitted();
+        if batch.maybe_marked() && batch.marks().any() {
+            return self.send_marked(batch);
+        }
         // At most size - 1 in flight: TDH == TDT means empty.
         let room = self.mask - self.in_flight();
         let take = room.min(batch.len());
@@ -469,7 +515,9 @@ impl<B: Bar> TxQueue<B> {
             ) {
                 return;
             }
-            self.bufs.free_oldest(TX_CLEAN_BATCH);
+            let group = &mut self.extras[self.clean / TX_CLEAN_BATCH];
+            self.bufs.free_oldest(TX_CLEAN_BATCH - usize::from(*group));
+            *group = 0;
             self.clean = (last + 1) & self.mask;
         }
     }

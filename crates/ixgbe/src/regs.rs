@@ -294,9 +294,12 @@ pub mod rxctrl {
 }
 pub const RXPBSIZE: Reg = Reg::array("RXPBSIZE", "8.2.3.8.9", 0x03C00, 8, 4);
 pub const HLREG0: Reg = Reg::one("HLREG0", "8.2.3.22.8", 0x04240);
+/// MAXFRS.MFS (31:16): the largest frame received with JUMBOEN, CRC included.
+pub const MAXFRS: Reg = Reg::one("MAXFRS", "8.2.3.22.13", 0x04268);
 pub mod hlreg0 {
     pub const TXCRCEN: u32 = 1 << 0;
     pub const RXCRCSTRP: u32 = 1 << 1;
+    pub const JUMBOEN: u32 = 1 << 2;
     pub const TXPADEN: u32 = 1 << 10;
     pub const LPBK: u32 = 1 << 15;
 }
@@ -521,10 +524,11 @@ mod tests {
             CTRL, STATUS, CTRL_EXT, EEC, FWSM, GCR_EXT, EICR, EICS, EIAC, EITR, EIMS, EIMC, EIAM,
             GPIE, IVAR, EICS_EX, EIMS_EX, EIMC_EX, EIAM_EX, IVAR_MISC, FCCFG, FCRTH, MFLCN, RDBAL,
             RDBAH, RDLEN, DCA_RXCTRL, RDH, SRRCTL, RDT, RXDCTL, RDRXCTL, RXCTRL, RXPBSIZE, HLREG0,
-            LINKS, SECRXCTRL, SECRXSTAT, FCTRL, MTA, RAL, RAH, MPSAR, MRQC, RETA, RSSRK, FTQF,
-            PFVLVF, PFVLVFB, PFUTA, TDBAL, TDBAH, TDLEN, DCA_TXCTRL, TDH, TDT, TXDCTL, TDWBAL,
-            TDWBAH, DMATXCTL, DTXMXSZRQ, TXPBSIZE, TXPBTHRESH, RTTDCS, RTTDQSEL, RTTDT1C, RQSMR,
-            TQSM, CRCERRS, RLEC, MPC, GPRC, GPTC, GORCL, GORCH, GOTCL, GOTCH, QPRC, QPRDC, QPTC,
+            MAXFRS, LINKS, SECRXCTRL, SECRXSTAT, FCTRL, MTA, RAL, RAH, MPSAR, MRQC, RETA, RSSRK,
+            FTQF, PFVLVF, PFVLVFB, PFUTA, TDBAL, TDBAH, TDLEN, DCA_TXCTRL, TDH, TDT, TXDCTL,
+            TDWBAL, TDWBAH, DMATXCTL, DTXMXSZRQ, TXPBSIZE, TXPBTHRESH, RTTDCS, RTTDQSEL, RTTDT1C,
+            RQSMR, TQSM, CRCERRS, RLEC, MPC, GPRC, GPTC, GORCL, GORCH, GOTCL, GOTCH, QPRC, QPRDC,
+            QPTC,
         ];
         let mut seen = std::collections::HashMap::new();
         for r in all {

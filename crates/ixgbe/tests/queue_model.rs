@@ -749,3 +749,214 @@ fn an_idle_port_sleeps_and_the_next_packet_wakes_it() {
     bench.stop();
     assert_no_violations(&nic);
 }
+
+/// Large frames and offloads (issues 15, 18, 19): chains over several
+/// descriptors, context descriptors, checksum insertion and TSO, against
+/// the strict model in lock step.
+mod large_and_offload {
+    use super::*;
+    use nfkit_hw::pool::offload::{self as f, Gso, Offload, L3, L4};
+    use nfkit_packet::checksum::{checksum, l4_checksum};
+    use nfkit_packet::FrameBuilder;
+    use std::net::Ipv4Addr;
+
+    fn jumbo_config() -> DeviceConfig {
+        DeviceConfig {
+            max_frame: 9018,
+            rx_checksum: true,
+            ..DeviceConfig::default()
+        }
+    }
+
+    fn tcp(payload: usize, salt: u8) -> Vec<u8> {
+        let data: Vec<u8> = (0..payload).map(|i| (i as u8) ^ salt).collect();
+        let (a, z) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let mut fr = FrameBuilder::tcp((a, 1000), (z, 2000))
+            .payload(&data)
+            .build();
+        fr[47] = 0x19; // ACK, PSH, FIN
+        fr[50..52].fill(0);
+        let (src, dst) = (
+            fr[26..30].try_into().unwrap(),
+            fr[30..34].try_into().unwrap(),
+        );
+        let c = l4_checksum(src, dst, 6, &fr[34..]);
+        fr[50..52].copy_from_slice(&c.to_be_bytes());
+        fr
+    }
+
+    fn tcp_offload(gso: bool) -> Offload {
+        Offload {
+            flags: f::IP_CSUM | f::L4_CSUM,
+            l3: L3::Ipv4,
+            l4: L4::Tcp,
+            l2_len: 14,
+            l3_len: 20,
+            l4_len: 20,
+            gso: if gso { Gso::Tcp } else { Gso::None },
+            gso_size: if gso { 1448 } else { 0 },
+            ..Offload::default()
+        }
+    }
+
+    /// The IPv4 and TCP checksums of a frame verify.
+    fn checksums_verify(fr: &[u8]) -> bool {
+        let total = usize::from(u16::from_be_bytes([fr[16], fr[17]]));
+        let src = fr[26..30].try_into().unwrap();
+        let dst = fr[30..34].try_into().unwrap();
+        checksum(&fr[14..34]) == 0 && l4_checksum(src, dst, 6, &fr[34..14 + total]) == 0
+    }
+
+    /// A 64 KB TSO send, a 9,000-byte chain without offload and a
+    /// checksum-only frame, many times over (the ring wraps, groups mix
+    /// single descriptors, contexts, segments and null fillers): every
+    /// segment's headers replicated and updated, checksums right, the
+    /// payload whole and in order; every buffer back; no rule broken.
+    #[test]
+    fn tso_chains_and_checksums_lock_step() {
+        let mut bench = Bench::new(Mode::LockStep);
+        let nic = bench.nic(model(1));
+        let pool = Mempool::new(&*bench.dma, "tso", 2048, 4096).unwrap();
+        let dev = bench.init(&nic, jumbo_config()).expect("init");
+        let mut tx = dev.tx_queue(0, &pool, RING).unwrap();
+        let wire = nic.wire();
+        let payload = 64 * 1024 - 54;
+        let mut batch = Batch::new();
+        for round in 0..12u8 {
+            let big = tcp(payload, round);
+            let mut p = pool.alloc_frame(&big).unwrap();
+            assert!(p.nb_segs() > 16);
+            p.set_offload(tcp_offload(true));
+            batch.push(p);
+            let jumbo = frame([2, 0, 0, 0, 0, 1], u64::from(round), 60);
+            let mut jumbo_bytes = jumbo.clone();
+            jumbo_bytes.resize(9000, round);
+            batch.push(pool.alloc_frame(&jumbo_bytes).unwrap());
+            let mut small = pool.alloc_frame(&tcp(300, round)).unwrap();
+            small.set_offload(tcp_offload(false));
+            batch.push(small);
+            for k in 0..5 {
+                let pf = frame([2, 0, 0, 0, 0, 1], 1000 + k, 200);
+                batch.push(pool.alloc_frame(&pf).unwrap());
+            }
+            assert_eq!(tx.tx_batch(&mut batch), 8);
+            nic.step();
+            let mut got = Vec::new();
+            wire.drain_transmitted(|fr| got.push(fr.to_vec()));
+            let segs = payload.div_ceil(1448);
+            assert_eq!(got.len(), segs + 2 + 5, "round {round}");
+            let mut data = Vec::new();
+            for (k, s) in got[..segs].iter().enumerate() {
+                assert!(s.len() <= 54 + 1448);
+                assert!(checksums_verify(s), "segment {k} checksums");
+                let seq = u32::from_be_bytes(s[38..42].try_into().unwrap());
+                assert_eq!(seq, 1 + (k * 1448) as u32);
+                let id = u16::from_be_bytes([s[18], s[19]]);
+                assert_eq!(
+                    id,
+                    u16::from_be_bytes([big[18], big[19]]).wrapping_add(k as u16)
+                );
+                let last = k + 1 == segs;
+                assert_eq!(
+                    s[47],
+                    if last { 0x19 } else { 0x10 },
+                    "FIN/PSH on the last only"
+                );
+                assert_eq!(s[..14], big[..14]);
+                data.extend_from_slice(&s[54..]);
+            }
+            assert!(data == big[54..], "payload whole and in order");
+            assert!(got[segs] == jumbo_bytes, "the chain sent byte-exact");
+            assert!(checksums_verify(&got[segs + 1]));
+        }
+        let c = tx.counters();
+        assert_eq!((c.packets, c.errors), (12 * 8, 0));
+        drop(tx);
+        assert_eq!(pool.free_count(), pool.capacity(), "every buffer back");
+        assert_no_violations(&nic);
+    }
+
+    /// Jumbo frames arrive over several descriptors as one chain with the
+    /// device's checksum verdicts; forwarded, they leave byte-exact.
+    #[test]
+    fn jumbo_frames_are_received_as_chains_with_verdicts() {
+        let mut bench = Bench::new(Mode::LockStep);
+        let nic = bench.nic(model(1));
+        let pool = Mempool::new(&*bench.dma, "jumbo", 2048, 4096).unwrap();
+        let dev = bench.init(&nic, jumbo_config()).expect("init");
+        let mut fwd = Forwarder {
+            rx: dev.rx_queue(0, &pool, RING).unwrap(),
+            tx: dev.tx_queue(0, &pool, RING).unwrap(),
+            batch: Batch::new(),
+        };
+        let wire = nic.wire();
+        let good = tcp(8900, 1);
+        let mut bad = tcp(5000, 2);
+        bad[60] ^= 0xFF;
+        let small = tcp(100, 3);
+        // one over the largest frame: the device drops it (ROC)
+        let huge = tcp(9100, 4);
+        for round in 0..40 {
+            for fr in [&good, &bad, &small] {
+                assert!(wire.inject(fr));
+            }
+            assert!(!wire.inject(&huge), "over MAXFRS.MFS: not received");
+            nic.step();
+            let n = fwd.rx.rx_batch(&mut fwd.batch);
+            assert_eq!(n, 3, "round {round}");
+            let p = fwd.batch.as_slice();
+            assert_eq!((p[0].pkt_len(), p[0].nb_segs()), (good.len(), 3));
+            let mut bytes = Vec::new();
+            p[0].copy_frame_to(&mut bytes);
+            assert!(bytes == good);
+            let o = p[0].offload().unwrap();
+            assert_eq!(o.flags, f::IP_CSUM_GOOD | f::L4_CSUM_GOOD);
+            assert_eq!(
+                p[1].offload().unwrap().flags,
+                f::IP_CSUM_GOOD | f::L4_CSUM_BAD
+            );
+            assert!(!p[2].is_chained());
+            fwd.tx.tx_batch(&mut fwd.batch);
+            nic.step();
+            let mut got = Vec::new();
+            wire.drain_transmitted(|fr| got.push(fr.to_vec()));
+            assert_eq!(got, vec![good.clone(), bad.clone(), small.clone()]);
+        }
+        assert_eq!(fwd.rx.counters().errors, 0);
+        drop(fwd);
+        assert_eq!(pool.free_count(), pool.capacity(), "every buffer back");
+        assert_no_violations(&nic);
+    }
+
+    /// What the 82599 cannot carry is dropped and counted, and the rest
+    /// goes out: a whole frame over the largest, a TSO send with a UDP
+    /// segmentation request, a chain of more segments than a group.
+    #[test]
+    fn marked_packets_the_device_cannot_carry_are_counted() {
+        let mut bench = Bench::new(Mode::LockStep);
+        let nic = bench.nic(model(1));
+        let pool = Mempool::new(&*bench.dma, "refuse", 2048, 4096).unwrap();
+        let small_bufs = Mempool::new(&*bench.dma, "small", 256, 1024).unwrap();
+        let dev = bench.init(&nic, DeviceConfig::default()).expect("init");
+        let mut tx = dev.tx_queue(0, &pool, RING).unwrap();
+        let mut batch = Batch::new();
+        batch.push(pool.alloc_frame(&tcp(3000, 0)).unwrap());
+        let mut uso = pool.alloc_frame(&tcp(3000, 0)).unwrap();
+        uso.set_offload(Offload {
+            gso: Gso::Udp,
+            ..tcp_offload(true)
+        });
+        batch.push(uso);
+        let mut long = small_bufs.alloc_frame(&tcp(40 * 896, 0)).unwrap();
+        long.set_offload(tcp_offload(true));
+        batch.push(long);
+        batch.push(pool.alloc_frame(&tcp(100, 0)).unwrap());
+        assert_eq!(tx.tx_batch(&mut batch), 1);
+        assert_eq!(tx.counters().errors, 3);
+        nic.step();
+        let mut n = 0;
+        nic.wire().drain_transmitted(|_| n += 1);
+        assert_eq!(n, 1);
+        assert_no_violations(&nic);
+    }
+}

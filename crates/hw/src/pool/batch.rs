@@ -147,6 +147,13 @@ impl Batch {
     pub fn any_chained(&self) -> bool {
         self.marks().chained()
     }
+    /// Whether a packet may have a mark: false (two loads, nothing per
+    /// packet) until some packet of the process had offload state or a
+    /// chain; then [`Self::marks`] tells.
+    #[inline(always)]
+    pub fn maybe_marked(&self) -> bool {
+        super::pktbuf::marks_used()
+    }
     /// Which marks (offload state, chain) any packet has, with one OR
     /// over the buffer handles for both.
     #[inline]

@@ -321,6 +321,7 @@ impl PktBuf {
         if !was_chained {
             self.id |= CHAINED;
             self.pool.inner.chains_out.fetch_add(1, Ordering::Relaxed);
+            super::pktbuf::CHAINS_USED.store(true, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -76,6 +76,16 @@ pub(super) fn offload_used() -> bool {
     OFFLOAD_USED.load(Ordering::Relaxed)
 }
 
+/// Whether any frame of this process was ever chained (set once, by
+/// `append`): until one is, [`crate::Batch::maybe_marked`] is two loads.
+pub(super) static CHAINS_USED: AtomicBool = AtomicBool::new(false);
+
+/// Whether any packet of this process ever had offload state or a chain.
+#[inline(always)]
+pub(super) fn marks_used() -> bool {
+    offload_used() || CHAINS_USED.load(Ordering::Relaxed)
+}
+
 /// Error from resizing a packet beyond its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("packet length {requested} does not fit in the buffer ({available} bytes available)")]
