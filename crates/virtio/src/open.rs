@@ -142,6 +142,7 @@ fn msix_vectors(dev: &nfkit_hw::vfio::VfioDevice, pairs: u16, name: &str) -> Vec
 pub fn open_vhost_user(
     path: &Path,
     queues: u16,
+    tso: bool,
     opts: &OpenOptions,
 ) -> Result<Box<dyn Port>, PortError> {
     let name = format!("vhost-user:{}", path.display());
@@ -151,7 +152,7 @@ pub fn open_vhost_user(
         path: path.to_path_buf(),
         queue_pairs: queues.max(1),
         mac: [0x02, 0, 0, 0, 0, 0x10],
-        host_tso: false,
+        host_tso: tso,
     };
     Ok(Box::new(
         VhostUserBackend::listen(cfg, pool).map_err(port_err(&name))?,
@@ -162,6 +163,7 @@ pub fn open_vhost_user(
 pub fn open_virtio_user(
     path: &Path,
     queues: u16,
+    tso: bool,
     opts: &OpenOptions,
 ) -> Result<Box<dyn Port>, PortError> {
     let name = format!("virtio-user:{}", path.display());
@@ -169,6 +171,7 @@ pub fn open_virtio_user(
         name: name.clone(),
         queue_pairs: queues.max(1),
         pool_size: opts.pool_buffers,
+        guest_tso: tso,
         ..FrontendConfig::default()
     };
     Ok(Box::new(
@@ -194,8 +197,15 @@ pub fn is_virtio_net(addr: PciAddress) -> bool {
 pub fn opener() -> impl Opener {
     |spec: &PortSpec, opts: &OpenOptions| match spec {
         PortSpec::Pci(addr) if is_virtio_net(*addr) => Some(open_pci(*addr, 1, opts)),
-        PortSpec::VhostUser(v) => Some(open_vhost_user(&v.path, queue_pairs(v.queues), opts)),
-        PortSpec::VirtioUser(v) => Some(open_virtio_user(&v.path, queue_pairs(v.queues), opts)),
+        PortSpec::VhostUser(v) => {
+            Some(open_vhost_user(&v.path, queue_pairs(v.queues), v.tso, opts))
+        }
+        PortSpec::VirtioUser(v) => Some(open_virtio_user(
+            &v.path,
+            queue_pairs(v.queues),
+            v.tso,
+            opts,
+        )),
         _ => None,
     }
 }

@@ -140,6 +140,7 @@ fn wanted_features(
         | feature::NET_F_CTRL_VQ
         | feature::NET_F_CTRL_RX
         | feature::F_EVENT_IDX
+        | feature::NET_F_CTRL_GUEST_OFFLOADS
         | crate::vnet::DRIVER_OFFLOADS;
     if cfg.queue_pairs > 1 {
         want |= feature::NET_F_MQ;
@@ -276,6 +277,16 @@ impl<T: PciTransport> PciNet<T> {
         // §5.1.6.5.5: the device starts with one pair; ask for more.
         if pairs > 1 {
             net.control(|c, n, clk| c.set_queue_pairs(n, clk, pairs as u16))?;
+        }
+        // §5.1.6.5.6: say which guest offloads the device may use: those
+        // negotiated, which the receive path maps (`crate::vnet`).
+        if features & feature::NET_F_CTRL_GUEST_OFFLOADS != 0 {
+            // A device whose backend has no offloads may answer ERR (QEMU
+            // over a socket netdev does): it then uses none, as negotiated.
+            let bits = features & crate::vnet::GUEST_OFFLOADS;
+            if let Err(e) = net.control(|c, n, clk| c.set_guest_offloads(n, clk, bits)) {
+                tracing::info!(port = %cfg.name, "guest offloads {bits:#x} not set: {e}");
+            }
         }
         if cfg.promiscuous && features & feature::NET_F_CTRL_RX != 0 {
             net.control(|c, n, clk| c.set_promiscuous(n, clk, true))?;
