@@ -9,7 +9,7 @@
 //! | `pcap-out:FILE` | write TX to FILE (pcap, nanosecond timestamps); receives nothing |
 //! | `pcap:rx=IN,tx=OUT[,timing=file][,loop=N]` | both at once |
 //! | `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2\|3][,block_ms=N]` | AF_PACKET with PACKET_MMAP rings (TPACKET_V2, or V3 RX blocks), N fanout sockets |
-//! | `tap:NAME[,queues=N]` | a kernel TAP interface NAME created by nfkit (N queues: `IFF_MULTI_QUEUE`) |
+//! | `tap:NAME[,queues=N][,tso=1]` | a kernel TAP interface NAME created by nfkit (N queues: `IFF_MULTI_QUEUE`; `tso=1`: the kernel's 64 KB TSO frames come in whole) |
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
 //! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
 //! | `pci:ADDR` | an 82599 or a VirtIO-net device at PCI address ADDR (opened by the CLI's registry) |
@@ -126,6 +126,9 @@ pub struct TapSpec {
     pub name: String,
     /// Queues (`IFF_MULTI_QUEUE`, one file descriptor each) when above 1.
     pub queues: usize,
+    /// `tso=1`: take the kernel's 64 KB TCP segmentation super-frames
+    /// (`TUNSETOFFLOAD` with TSO4/TSO6/TSO_ECN); see [`crate::tap`].
+    pub tso: bool,
 }
 
 /// AF_XDP bind mode.
@@ -456,10 +459,16 @@ fn parse_afpacket(main: &str, mut o: Options) -> Result<PortSpec, String> {
 fn parse_tap(main: &str, mut o: Options) -> Result<PortSpec, String> {
     check_ifname(main)?;
     let queues = take_queues(&mut o)?;
-    o.finish("queues=N")?;
+    let tso = match o.take("tso").as_deref() {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(v) => return Err(format!("tso={v}: expected 0 or 1")),
+    };
+    o.finish("queues=N, tso=0|1")?;
     Ok(PortSpec::Tap(TapSpec {
         name: main.to_string(),
         queues,
+        tso,
     }))
 }
 
@@ -582,6 +591,9 @@ impl fmt::Display for PortSpec {
                 if t.queues != 1 {
                     write!(f, ",queues={}", t.queues)?;
                 }
+                if t.tso {
+                    write!(f, ",tso=1")?;
+                }
                 Ok(())
             }
             PortSpec::AfXdp(x) => {
@@ -674,6 +686,7 @@ mod tests {
             "afpacket:veth0,queues=2,tpacket=3,block_ms=20",
             "tap:nf0",
             "tap:nf0,queues=4",
+            "tap:nf0,tso=1",
             "afxdp:eth1:2",
             "afxdp:eth1:0,queues=2,mode=copy",
             "afxdp:eth1:0,mode=copy,attach=generic,ring=256",
