@@ -196,6 +196,12 @@ enum Cmd {
         #[arg(long)]
         packets: u64,
     },
+    /// (internal) the lock-step 82599 TSO sends measured under callgrind.
+    #[command(hide = true)]
+    BenchTsoLockstep {
+        #[arg(long)]
+        sends: u64,
+    },
     /// (internal) the lock-step NF run measured under callgrind.
     #[command(hide = true)]
     BenchNfLockstep {
@@ -314,6 +320,10 @@ fn main() -> Result<()> {
         } => nfkit_bench::nfs::nfs(seconds, packets, &nfs)?,
         Cmd::BenchNfLockstep { model, nf, packets } => {
             let n = nfkit_bench::nfs::lockstep(model, &nf, packets)?;
+            println!("forwarded {n}");
+        }
+        Cmd::BenchTsoLockstep { sends } => {
+            let n = nfkit_bench::drivers::tso_lockstep(sends)?;
             println!("forwarded {n}");
         }
         Cmd::BenchLockstep { model, nf, packets } => {
