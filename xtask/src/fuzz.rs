@@ -182,12 +182,17 @@ fn build() -> Result<Vec<String>> {
         bail!("{FUZZ_DIR}/ has no fuzz targets");
     }
     let started = Instant::now();
-    eprintln!("==> cargo fuzz build ({} targets)", targets.len());
+    eprintln!(
+        "==> {}cargo fuzz build ({} targets)",
+        crate::lane_prefix(),
+        targets.len()
+    );
     let status = crate::to_lane_log(fuzz_cargo().args(["fuzz", "build", "--fuzz-dir", FUZZ_DIR]))
         .status()
         .context("running cargo fuzz build")?;
     eprintln!(
-        "<== cargo fuzz build: {status} in {:.1?}",
+        "<== {}cargo fuzz build: {status} in {:.1?}",
+        crate::lane_prefix(),
         started.elapsed()
     );
     if !status.success() {

@@ -7,12 +7,17 @@
 //!   (`disable-modern=on`, 1af4:1000, I/O-port BAR) and one modern
 //!   (`disable-legacy=on`, 1af4:1041, MMIO BAR), both driven by nfkit
 //!   through `uio_pci_generic`;
-//! - `pci-vfio`: the same, the modern device behind an emulated IOMMU and
-//!   driven through `vfio-pci` (the legacy one stays on uio: it bypasses
-//!   the IOMMU);
+//! - `pci-vfio`: the same, both devices driven through `vfio-pci` behind
+//!   an emulated IOMMU, with MSI-X interrupts (the modern device's DMA
+//!   goes through the IOMMU, the legacy one's bypasses it); `nfkit fwd`
+//!   idles first, and its CPU time over a second shows it asleep on the
+//!   interrupts before the first probe frame wakes it;
 //! - `vhost-user`: the guest's own kernel virtio-net driver, connected by
 //!   a vhost-user netdev to `nfkit nf bridge` on the host, pings a
-//!   network namespace behind the bridge (`vhost.rs`).
+//!   network namespace behind the bridge (`vhost.rs`);
+//! - `lacp`: the guest kernel's `bonding` (802.3ad, `lacp_rate fast`)
+//!   over two virtio-net NICs, both vhost-user to one nfkit bond port
+//!   (`bond:mode=lacp`), bridged to a namespace (`lacp.rs`).
 //!
 //! In the PCI modes each NIC's netdev is a UDP socket whose other end is
 //! this program (`wire.rs`). The guest runs `nfkit pktgen --rx` on both
@@ -39,6 +44,7 @@
 //! run, check; `cargo xtask guest shell`: boot to an interactive shell
 //! (the two PCI NICs, the share mounted on /mnt/host).
 
+mod lacp;
 mod vhost;
 mod wire;
 
@@ -61,7 +67,15 @@ const MODULES: &[&str] = &[
     "vfio_iommu_type1",
     "9pnet_virtio",
     "9p",
+    // The far ends of nfkit's VLANPush/VLANPop and GeneveEncap/Decap
+    // (this host's kernel has neither, issue 18).
+    "8021q",
+    "geneve",
 ];
+
+/// Modules in the initramfs that a mode's script loads itself (loaded at
+/// boot, `bonding` would add a `bond0` every mode sees).
+const ON_DEMAND_MODULES: &[&str] = &["bonding"];
 
 /// Debian packages the harness uses, by the command that proves each.
 const PACKAGES: &[(&str, &str)] = &[
@@ -75,13 +89,22 @@ const PACKAGES: &[(&str, &str)] = &[
 const GUEST_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// The modes the harness can run.
-const MODES: &[&str] = &["pci-uio", "pci-vfio", "vhost-user"];
+const MODES: &[&str] = &["pci-uio", "pci-vfio", "vhost-user", "lacp"];
+/// The modes `cargo xtask test` and `guest run` without names run:
+/// `lacp` only when named, until it has passed here under TCG.
+const DEFAULT_MODES: &[&str] = &["pci-uio", "pci-vfio", "vhost-user"];
 
 /// Frames `nfkit pktgen` sends per NIC in the PCI modes, and its rate.
 const PKTGEN_COUNT: u64 = 3000;
 const PKTGEN_PPS: u64 = 1500;
 /// How long `nfkit fwd` runs in the PCI modes.
 const FWD_SECONDS: u64 = 20;
+/// pci-vfio: `nfkit fwd` idles this long before its CPU time is read
+/// (start-up under TCG), then one second is measured.
+const IDLE_SETTLE_SECONDS: u64 = 2;
+/// The most CPU an idle, sleeping `nfkit fwd` may take over that second,
+/// in clock ticks (USER_HZ = 100: 10% of a core; a polling one takes ~100).
+const IDLE_MAX_TICKS: u64 = 10;
 
 /// How a mode ended, when it did not fail.
 enum Outcome {
@@ -100,7 +123,7 @@ pub fn main(args: &[String]) -> Result<()> {
             let modes: Vec<&str> = if args.len() > 1 {
                 args[1..].iter().map(String::as_str).collect()
             } else {
-                MODES.to_vec()
+                DEFAULT_MODES.to_vec()
             };
             if let Some(m) = modes.iter().find(|m| !MODES.contains(m)) {
                 bail!("unknown guest mode `{m}`: use {}", MODES.join(", "));
@@ -131,7 +154,7 @@ pub fn run_guest_tests() -> Result<()> {
         eprintln!("SKIP: guest tests: {why}");
         return Ok(());
     }
-    run_modes(MODES)
+    run_modes(DEFAULT_MODES)
 }
 
 /// Why the guest cannot run here, if it cannot.
@@ -164,6 +187,7 @@ fn run_modes(modes: &[&str]) -> Result<()> {
             "pci-uio" => pci_mode(&img, false),
             "pci-vfio" => pci_mode(&img, true),
             "vhost-user" => vhost::run(&img, &nfkit),
+            "lacp" => lacp::run(&img, &nfkit),
             other => bail!("unknown guest mode `{other}`"),
         };
         match outcome {
@@ -204,12 +228,40 @@ fn pci_mode(img: &Image, vfio: bool) -> Result<Outcome> {
 /// modern one (the order of the netdevs and of nfkit's port arguments).
 fn pci_script(vfio: bool) -> String {
     let bind_vfio = if vfio {
-        r#"echo vfio-pci > /sys/bus/pci/devices/$M/driver_override
-[ -e /sys/bus/pci/devices/$M/driver ] && echo $M > /sys/bus/pci/devices/$M/driver/unbind
-echo $M > /sys/bus/pci/drivers_probe
-echo "modern device driver: $(basename $(readlink /sys/bus/pci/devices/$M/driver))""#
+        r#"for D in $L $M; do
+  echo vfio-pci > /sys/bus/pci/devices/$D/driver_override
+  [ -e /sys/bus/pci/devices/$D/driver ] && echo $D > /sys/bus/pci/devices/$D/driver/unbind
+  echo $D > /sys/bus/pci/drivers_probe
+done
+echo "device drivers: legacy $(basename $(readlink /sys/bus/pci/devices/$L/driver)) modern $(basename $(readlink /sys/bus/pci/devices/$M/driver))""#
     } else {
         ""
+    };
+    // pci-vfio: fwd idles first; its CPU time over one second (all its
+    // threads, /proc/PID/stat utime + stime) shows it asleep on the
+    // interrupts; then the host's first probe must wake it.
+    let fwd = if vfio {
+        format!(
+            r#"/mnt/host/nfkit fwd pci:$L pci:$M --seconds {secs} &
+FWD=$!
+sleep {IDLE_SETTLE_SECONDS}
+ticks() {{ set -- $(cat /proc/$FWD/stat); echo $((${{14}} + ${{15}})); }}
+T0=$(ticks)
+sleep 1
+T1=$(ticks)
+echo "IDLE cpu_ticks=$((T1 - T0))"
+echo "STEP fwd"
+# the vectors' counts, while fwd still holds them (the frames are in by then)
+sleep 10
+grep vfio-msix /proc/interrupts | while read n c rest; do echo "MSIX $c $rest"; done
+wait $FWD"#,
+            secs = FWD_SECONDS + IDLE_SETTLE_SECONDS + 1
+        )
+    } else {
+        format!(
+            r#"echo "STEP fwd"
+/mnt/host/nfkit fwd pci:$L pci:$M --seconds {FWD_SECONDS}"#
+        )
     };
     // The device-in-use guard, once (uio mode): the legacy NIC's kernel
     // interface gets an address, and `nfkit fwd` (the free modern NIC
@@ -250,8 +302,7 @@ echo "DEVICES legacy=$L modern=$M"
 echo "STEP pktgen"
 /mnt/host/nfkit pktgen pci:$L pci:$M --count {PKTGEN_COUNT} --rate-pps {PKTGEN_PPS} --rx
 echo "STEP pktgen exit=$?"
-echo "STEP fwd"
-/mnt/host/nfkit fwd pci:$L pci:$M --seconds {FWD_SECONDS}
+{fwd}
 echo "STEP fwd exit=$?"
 "#
     )
@@ -270,6 +321,11 @@ fn check_pci(console: &str, counts: &wire::Counts, vfio: bool) -> Result<Outcome
     if !console.contains("modern registers through mapped BARs") {
         bail!("nfkit did not reach the modern device's registers through its mapped BAR");
     }
+    let idle = if vfio {
+        check_idle(console)?
+    } else {
+        String::new()
+    };
     // `[Device: pci:X] sent S packets, received R back, ...`, one per
     // NIC in port order.
     let results: Vec<(u64, u64)> = console
@@ -316,7 +372,7 @@ fn check_pci(console: &str, counts: &wire::Counts, vfio: bool) -> Result<Outcome
         }
     }
     Ok(Outcome::Passed(format!(
-        "pktgen sent {}/{} back {}/{}, fwd crossed {}/{} of {}",
+        "pktgen sent {}/{} back {}/{}, fwd crossed {}/{} of {}{idle}",
         results[0].0,
         results[1].0,
         results[0].1,
@@ -325,6 +381,64 @@ fn check_pci(console: &str, counts: &wire::Counts, vfio: bool) -> Result<Outcome
         counts.crossed[1],
         wire::FWD_FRAMES
     )))
+}
+
+/// pci-vfio: both NICs' receive queues got an MSI-X vector, idle
+/// `nfkit fwd` stayed under [`IDLE_MAX_TICKS`] over a second, and
+/// its sleeps were ended by interrupts (the probes that crossed it).
+fn check_idle(console: &str) -> Result<String> {
+    let msix = console
+        .lines()
+        .filter(|l| l.contains("MSI-X: 1 of 1 receive queues signal a vector"))
+        .count();
+    if msix < 2 {
+        bail!("expected both NICs (legacy and modern) to give their receive queue an MSI-X vector, {msix} did");
+    }
+    let ticks: u64 = console
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("IDLE cpu_ticks="))
+        .and_then(|t| t.trim().parse().ok())
+        .context("the guest printed no idle CPU time")?;
+    eprintln!("  idle nfkit fwd: {ticks} ticks of CPU (1/100 s) over 1 s");
+    if ticks > IDLE_MAX_TICKS {
+        bail!("idle `nfkit fwd` took {ticks} ticks of CPU in 1 s: it did not sleep");
+    }
+    // `forwarding thread: busy .. (N sleeps: W woken, ...`
+    let woken: u64 = console
+        .lines()
+        .find_map(|l| {
+            l.split("sleeps: ")
+                .nth(1)?
+                .split(" woken")
+                .next()?
+                .parse()
+                .ok()
+        })
+        .context("no sleep summary from `nfkit fwd`")?;
+    eprintln!("  sleeps ended by an interrupt: {woken}");
+    if woken == 0 {
+        bail!("no interrupt ever woke `nfkit fwd`");
+    }
+    // `MSIX COUNT vfio-msix[0](ADDR)`, from /proc/interrupts after fwd:
+    // each device raised its receive queue's vector.
+    let raised: Vec<u64> = console
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("MSIX ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    eprintln!("  MSI-X interrupts per device (legacy, modern): {raised:?}");
+    if raised.len() != 2 || raised.contains(&0) {
+        bail!("expected both devices to have raised MSI-X interrupts, saw {raised:?}");
+    }
+    Ok(format!(
+        ", idle {ticks}/100 s of CPU, {woken} interrupt wake-ups, MSI-X raised {raised:?}"
+    ))
 }
 
 /// The device-in-use step of the uio mode (see `pci_script`).
@@ -367,8 +481,12 @@ fn build_image() -> Result<Image> {
     let dir = dir.canonicalize()?;
     let (kroot, kver) = unpack_kernel(&dir)?;
     let initrd = dir.join("initrd.gz");
-    if !initrd.exists() {
+    // Rebuilt when the module list changed since it was built.
+    let stamp = dir.join("initrd.modules");
+    let wanted = format!("{} / {}", MODULES.join(" "), ON_DEMAND_MODULES.join(" "));
+    if !initrd.exists() || fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
         build_initramfs(&dir, &kroot, &kver)?;
+        fs::write(&stamp, &wanted)?;
     }
     let share = dir.join("share");
     fs::create_dir_all(&share)?;
@@ -472,7 +590,7 @@ fn build_initramfs(dir: &Path, kroot: &Path, kver: &str) -> Result<()> {
             let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
         }
     }
-    for m in MODULES {
+    for m in MODULES.iter().chain(ON_DEMAND_MODULES) {
         let deps = output(Command::new("modprobe").arg("-d").arg(kroot).args([
             "-S",
             kver,
@@ -514,6 +632,7 @@ fn build_nfkit() -> Result<PathBuf> {
                 "-C target-feature=+crt-static --cfg nfkit_no_libpcap",
             )
             .env("CARGO_TARGET_DIR", &target_dir)
+            .envs(crate::DEBUG_ENV.iter().copied())
             .args([
                 "build",
                 "--target",
@@ -684,7 +803,9 @@ fn is_root() -> bool {
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    let status = crate::to_lane_log(cmd)
+        .status()
+        .with_context(|| format!("running {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
     }

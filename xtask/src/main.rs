@@ -9,6 +9,9 @@
 //!   run of `nfkit bench rfc2544 --quick`, every fuzz target briefly
 //!   (nightly; 4 minutes in all, build included), and a 60-second soak.
 //!   `test` also runs the daemon's Python client test (`pyclient.rs`).
+//!   The stages run in lanes side by side on machines of 4 cores or more
+//!   (`plan.rs`), the debug test binaries several at a time on 8 or more
+//!   (`testrun.rs`); `NFKIT_LANES` and `NFKIT_TEST_JOBS` override that.
 //! - `cargo xtask daemon-python`: only that test (a venv under target/).
 //! - `cargo xtask deps`: only the installation step (and nightly with miri).
 //! - `cargo xtask miri`: only the miri step.
@@ -21,7 +24,9 @@
 
 mod fuzz;
 mod guest;
+mod plan;
 mod pyclient;
+mod testrun;
 mod verify;
 
 use anyhow::{bail, Context, Result};
@@ -143,14 +148,52 @@ fn have(cmd: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Every stage run so far: (name, time, passed), for the summary.
-static STAGES: std::sync::Mutex<Vec<(String, Duration, bool)>> = std::sync::Mutex::new(Vec::new());
+/// Every stage run so far: (lane, name, time, passed), for the summary.
+type StageRecord = (&'static str, String, Duration, bool);
+static STAGES: std::sync::Mutex<Vec<StageRecord>> = std::sync::Mutex::new(Vec::new());
+
+/// Each lane's (name, time, passed) once it ended.
+static LANE_TIMES: std::sync::Mutex<Vec<(&'static str, Duration, bool)>> =
+    std::sync::Mutex::new(Vec::new());
 
 thread_local! {
-    /// Where the commands of a background lane write (see [`lane`]); the
-    /// main lane writes to the terminal.
+    /// Where the commands of a background lane write (see [`run_plan`]);
+    /// the first lane writes to the terminal.
     static LANE_LOG: std::cell::RefCell<Option<std::fs::File>> =
         const { std::cell::RefCell::new(None) };
+    /// The lane this thread runs.
+    static LANE_NAME: std::cell::Cell<&'static str> = const { std::cell::Cell::new("main") };
+}
+
+/// The build directory (`CARGO_TARGET_DIR`, else `target`).
+pub fn target_base() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("target"))
+}
+
+/// Print `text` where this thread's commands write: its lane's log, or
+/// the terminal.
+pub fn say(text: &str) {
+    use std::io::Write;
+    let written = LANE_LOG.with(|log| {
+        log.borrow_mut()
+            .as_mut()
+            .map(|f| writeln!(f, "{text}").is_ok())
+    });
+    if written.is_none() {
+        eprintln!("{text}");
+    }
+}
+
+/// `[lane] ` in front of progress lines of a background lane.
+pub fn lane_prefix() -> String {
+    let in_lane = LANE_LOG.with(|l| l.borrow().is_some());
+    if in_lane {
+        format!("[{}] ", LANE_NAME.with(|n| n.get()))
+    } else {
+        String::new()
+    }
 }
 
 /// Send `cmd`'s output to this thread's lane log, if it has one.
@@ -166,14 +209,15 @@ fn to_lane_log(cmd: &mut Command) -> &mut Command {
 }
 
 fn record_stage(name: &str, took: Duration, passed: bool) {
+    let lane = LANE_NAME.with(|n| n.get());
     if let Ok(mut stages) = STAGES.lock() {
-        stages.push((name.to_string(), took, passed));
+        stages.push((lane, name.to_string(), took, passed));
     }
 }
 
 fn run(name: &str, cmd: &mut Command) -> Result<()> {
     let start = Instant::now();
-    eprintln!("==> {name}");
+    eprintln!("==> {}{name}", lane_prefix());
     let status = to_lane_log(cmd)
         .status()
         .with_context(|| format!("starting {name}"));
@@ -181,22 +225,38 @@ fn run(name: &str, cmd: &mut Command) -> Result<()> {
     let passed = status.as_ref().is_ok_and(|s| s.success());
     record_stage(name, took, passed);
     let status = status?;
-    eprintln!("<== {name}: {status} in {took:.1?}");
+    eprintln!("<== {}{name}: {status} in {took:.1?}", lane_prefix());
     if !status.success() {
         bail!("{name} failed ({status})");
     }
     Ok(())
 }
 
-/// A table of every stage's time (the last one failed if `test` did).
-fn print_stage_summary(total: Duration) {
+/// A table of every stage's time by lane, each lane's time, and the plan
+/// (a failed stage is the last of its lane).
+fn print_stage_summary(plan: &plan::Plan, total: Duration) {
     let Ok(stages) = STAGES.lock() else { return };
+    let lanes = LANE_TIMES.lock().map(|l| l.clone()).unwrap_or_default();
     eprintln!("\nstage times:");
-    for (name, took, passed) in stages.iter() {
-        let mark = if *passed { "" } else { "  FAILED" };
-        eprintln!("  {:>8.1} s  {name}{mark}", took.as_secs_f64());
+    for lane in &plan.lanes {
+        if plan.lanes.len() > 1 {
+            let time = lanes.iter().find(|(n, _, _)| *n == lane.name);
+            let time = time.map_or("not run".to_string(), |(_, t, ok)| {
+                format!(
+                    "{:.1} s{}",
+                    t.as_secs_f64(),
+                    if *ok { "" } else { ", FAILED" }
+                )
+            });
+            eprintln!("  lane {} ({time}):", lane.name);
+        }
+        for (_, name, took, passed) in stages.iter().filter(|s| s.0 == lane.name) {
+            let mark = if *passed { "" } else { "  FAILED" };
+            eprintln!("  {:>8.1} s  {name}{mark}", took.as_secs_f64());
+        }
     }
     eprintln!("  {:>8.1} s  in all", total.as_secs_f64());
+    eprintln!("{}", plan.describe());
 }
 
 fn cargo() -> Command {
@@ -243,132 +303,175 @@ fn install_deps() -> Result<()> {
 
 fn test(args: &[String]) -> Result<()> {
     let started = Instant::now();
-    let result = test_stages(args);
-    print_stage_summary(started.elapsed());
+    let quick = args.iter().any(|a| a == "--quick");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let var = |name| std::env::var(name).ok();
+    let plan = plan::plan(
+        cores,
+        var("NFKIT_LANES").as_deref(),
+        var("NFKIT_TEST_JOBS").as_deref(),
+        quick,
+    )?;
+    eprintln!("{}", plan.describe());
+    let result = install_deps().and_then(|()| run_plan(&plan));
+    print_stage_summary(&plan, started.elapsed());
     result?;
     eprintln!("all tests passed in {:.1?}", started.elapsed());
     Ok(())
 }
 
-/// Whether `test` runs the nightly stages (miri, then the fuzz targets)
-/// in a second lane beside the others: they share nothing with them
-/// (their own toolchain and target directories) and are mostly
-/// single-threaded, so on a machine of 4 cores or more they overlap the
-/// debug tests instead of adding about 8 minutes at the end. On 2 cores
-/// they would only slow the load-sensitive tests down. `NFKIT_LANES=1`
-/// or `2` overrides the choice.
-fn two_lanes() -> bool {
-    match std::env::var("NFKIT_LANES").as_deref() {
-        Ok("1") => false,
-        Ok("2") => true,
-        _ => std::thread::available_parallelism().is_ok_and(|n| n.get() >= 4),
+/// Run every lane of `plan`, the first on this thread (the terminal),
+/// the others on threads writing to `target/lane-NAME.log`. Every lane
+/// is waited for (no cargo, test or fuzzer outlives `test`); a lane
+/// stops at its first failed stage, the others go on, and every lane's
+/// failure is reported (a background lane's log ends are printed).
+fn run_plan(plan: &plan::Plan) -> Result<()> {
+    run_lanes(&plan.lanes, &target_base(), |lane| run_lane(lane, plan))
+}
+
+/// [`run_plan`] with `run` for each lane, the logs in `log_dir`.
+fn run_lanes(
+    lanes: &[plan::Lane],
+    log_dir: &std::path::Path,
+    run: impl Fn(&plan::Lane) -> Result<()> + Sync,
+) -> Result<()> {
+    let (first, others) = lanes.split_first().context("a plan has a lane")?;
+    let run = &run;
+    let mut failures: Vec<String> = Vec::new();
+    std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for lane in others {
+            let log = log_dir.join(format!("lane-{}.log", lane.name));
+            let file = std::fs::create_dir_all(log_dir).and_then(|()| std::fs::File::create(&log));
+            let handle = file.map(|file| {
+                eprintln!(
+                    "==> lane {} beside the others; its output: {}",
+                    lane.name,
+                    log.display()
+                );
+                scope.spawn(move || {
+                    LANE_LOG.with(|l| *l.borrow_mut() = Some(file));
+                    LANE_NAME.with(|n| n.set(lane.name));
+                    run(lane)
+                })
+            });
+            handles.push((lane.name, log, handle));
+        }
+        LANE_NAME.with(|n| n.set(first.name));
+        if let Err(e) = run(first) {
+            failures.push(format!("lane {}: {e:#}", first.name));
+        }
+        for (name, log, handle) in handles {
+            let result = match handle {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the lane panicked"))),
+                Err(e) => Err(anyhow::anyhow!("cannot create {}: {e}", log.display())),
+            };
+            if let Err(e) = result {
+                print_log_end(&log, 150);
+                failures.push(format!(
+                    "lane {name}: {e:#} (its output: {})",
+                    log.display()
+                ));
+            }
+        }
+    });
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", failures.join("; "))
     }
 }
 
-/// The nightly stages: miri over the pure data-path code, then every
-/// fuzz target briefly (4 minutes in all, build included).
-fn nightly_stages() -> Result<()> {
-    verify::miri()?;
-    let started = Instant::now();
-    let fuzz = fuzz::ci(Duration::from_secs(240));
-    record_stage(
-        "fuzz --ci (build and every target)",
-        started.elapsed(),
-        fuzz.is_ok(),
-    );
-    fuzz
-}
-
-/// Run `stages` on a thread whose commands write to `log` (the file is
-/// printed where it is if the lane fails).
-fn lane(
-    log: std::path::PathBuf,
-    stages: fn() -> Result<()>,
-) -> Result<std::thread::JoinHandle<Result<()>>> {
-    if let Some(dir) = log.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let file =
-        std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+/// The last `lines` lines of a failed lane's log, on the terminal (CI
+/// keeps only what the terminal saw).
+fn print_log_end(log: &std::path::Path, lines: usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let from = all.len().saturating_sub(lines);
     eprintln!(
-        "==> nightly lane (miri, fuzz) beside the others; its output: {}",
+        "\n---- the last {} lines of {} ----\n{}\n---- end of {} ----",
+        all.len() - from,
+        log.display(),
+        all[from..].join("\n"),
         log.display()
     );
-    Ok(std::thread::spawn(move || {
-        LANE_LOG.with(|l| *l.borrow_mut() = Some(file));
-        stages().map_err(|e| {
-            e.context(format!(
-                "nightly lane failed; its output is in {}",
-                log.display()
-            ))
-        })
-    }))
 }
 
-fn test_stages(args: &[String]) -> Result<()> {
-    let quick = args.iter().any(|a| a == "--quick");
-    install_deps()?;
-    let nightly = if !quick && two_lanes() {
-        Some(lane(
-            std::path::PathBuf::from(
-                std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into()),
-            )
-            .join("nightly-lane.log"),
-            nightly_stages,
-        )?)
-    } else {
-        None
-    };
-    let main_result = main_stages(quick, nightly.is_none());
-    // The lane is always waited for: its cargo and fuzzer processes must
-    // not outlive `test`, and both lanes' failures are reported.
-    let lane = match nightly {
-        Some(handle) => handle
-            .join()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the nightly lane panicked"))),
-        None => Ok(()),
-    };
-    match (main_result, lane) {
-        (Err(m), Err(l)) => Err(anyhow::anyhow!("{m:#}; and the {l:#}")),
-        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
-        (Ok(()), Ok(())) => Ok(()),
+fn run_lane(lane: &plan::Lane, plan: &plan::Plan) -> Result<()> {
+    let started = Instant::now();
+    let result = lane
+        .stages
+        .iter()
+        .try_for_each(|stage| run_stage(*stage, plan));
+    if let Ok(mut ends) = LANE_TIMES.lock() {
+        ends.push((lane.name, started.elapsed(), result.is_ok()));
     }
+    result
 }
 
-fn main_stages(quick: bool, with_nightly: bool) -> Result<()> {
-    run(
-        "cargo fmt --check",
-        cargo().args(["fmt", "--all", "--", "--check"]),
-    )?;
-    run(
-        "cargo clippy",
-        cargo().args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
-    )?;
-    // Every skip (no root, a tool missing) fails here (nfkit-testkit's
-    // NFKIT_NO_SKIP): CI runs as root with the packages above, so a test
-    // that cannot run is a failure, not a pass.
-    run(
-        "cargo test (debug)",
-        cargo()
-            .env("NFKIT_NO_SKIP", "1")
-            .args(["test", "--workspace"]),
-    )?;
-    // The daemon from Python (grpcio), as pybess users drive it.
-    pyclient::daemon_python()?;
-    verify::loom()?;
-    verify::model_check()?;
-    verify::paths()?;
-    if !quick {
+/// What the debug builds (clippy, the tests, the daemon for Python, the
+/// path counts, the guest's nfkit) set: line tables instead of full
+/// debug information (backtraces keep file and line; the test binaries
+/// link faster and take less disk).
+pub const DEBUG_ENV: &[(&str, &str)] = &[("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")];
+
+/// The nightly toolchain with miri (miri and the fuzz targets use it),
+/// installed once: in lanes side by side, the second asker waits for
+/// the first's rustup.
+fn nightly_toolchain() -> Result<()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    verify::miri_deps()
+}
+
+fn run_stage(stage: plan::Stage, plan: &plan::Plan) -> Result<()> {
+    use plan::Stage::*;
+    match stage {
+        Fmt => run(
+            "cargo fmt --check",
+            cargo().args(["fmt", "--all", "--", "--check"]),
+        ),
+        Clippy => {
+            let mut cmd = cargo();
+            cmd.envs(DEBUG_ENV.iter().copied()).args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]);
+            if plan.clippy_own_dir {
+                // Beside the debug test build: a directory of its own,
+                // or each would wait for the other's lock.
+                cmd.env("CARGO_TARGET_DIR", target_base().join("clippy"));
+            }
+            run("cargo clippy", &mut cmd)
+        }
+        // Every skip (no root, a tool missing) fails here (nfkit-testkit's
+        // NFKIT_NO_SKIP): CI runs as root with the packages above, so a
+        // test that cannot run is a failure, not a pass.
+        DebugTests if plan.test_jobs <= 1 => run(
+            "cargo test (debug)",
+            cargo()
+                .envs(DEBUG_ENV.iter().copied())
+                .env("NFKIT_NO_SKIP", "1")
+                .args(["test", "--workspace"]),
+        ),
+        DebugTests => {
+            let bins = testrun::build(DEBUG_ENV)?;
+            testrun::run(bins, plan.test_jobs, DEBUG_ENV)
+        }
+        // The daemon from Python (grpcio), as pybess users drive it.
+        Python => pyclient::daemon_python(),
+        Loom => verify::loom(),
+        ModelCheck => verify::model_check(),
+        Paths => verify::paths(),
         // Long runs: 10 million packets through each driver model against
         // the free-running 82599 model, in an optimised build.
-        run(
+        Long => run(
             "long tests (release, 10 million packets per model)",
             cargo()
                 .env("NFKIT_LONG", "1")
@@ -381,27 +484,40 @@ fn main_stages(quick: bool, with_nightly: bool) -> Result<()> {
                     "--",
                     "free_running",
                 ]),
-        )?;
-        guest::run_guest_tests()?;
-        // miri over packet views, tables, Maglev, the scheduler, the pool
-        // (here, or in the nightly lane: [`two_lanes`]).
-        if with_nightly {
-            verify::miri()?;
+        ),
+        Guest => {
+            let started = Instant::now();
+            let result = guest::run_guest_tests();
+            record_stage(
+                "guest tests (build, pci-uio, pci-vfio, vhost-user)",
+                started.elapsed(),
+                result.is_ok(),
+            );
+            result
         }
+        // miri over packet views, tables, Maglev, the scheduler, the pool.
+        Miri => nightly_toolchain().and_then(|()| verify::miri()),
         // One release build of the command, the benchmarks and the soak:
         // built together, their dependencies get one feature set and are
         // compiled once (built apart, the soak's differ, e.g. libc's and
         // syn's, and nearly its whole tree was compiled again).
-        release_build()?;
-        rfc2544_smoke()?;
+        Release => release_build(),
+        Rfc2544 => rfc2544_smoke(),
         // Every fuzz target briefly (nightly), 4 minutes in all with the
-        // build (here, or in the nightly lane).
-        if with_nightly {
-            fuzz::ci(Duration::from_secs(240))?;
+        // build.
+        Fuzz => {
+            nightly_toolchain()?;
+            let started = Instant::now();
+            let fuzz = fuzz::ci(Duration::from_secs(240));
+            record_stage(
+                "fuzz --ci (build and every target)",
+                started.elapsed(),
+                fuzz.is_ok(),
+            );
+            fuzz
         }
-        run_soak(&["--seconds".into(), "60".into()], true)?;
+        Soak => run_soak(&["--seconds".into(), "60".into()], true),
     }
-    Ok(())
 }
 
 /// The release binaries `test` runs: nfkit, nfkit-bench, nfkit-soak.
@@ -506,34 +622,48 @@ fn bench(args: &[String]) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn echo_stage() -> Result<()> {
-        run(
-            "echo in a lane",
-            Command::new("echo").arg("written-to-the-lane-log"),
-        )
-    }
-
-    fn failing_stage() -> Result<()> {
-        run("false in a lane", &mut Command::new("false"))
+    fn lane(name: &'static str) -> plan::Lane {
+        plan::Lane {
+            name,
+            stages: vec![plan::Stage::Fmt],
+        }
     }
 
     #[test]
-    fn a_lane_writes_its_commands_output_to_its_log_and_reports_failure() {
+    fn lanes_write_their_commands_output_to_their_logs_and_all_failures_are_reported() {
         let dir = std::env::temp_dir().join(format!("xtask-lane-{}", std::process::id()));
-        let log = dir.join("lane.log");
-        lane(log.clone(), echo_stage)
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap();
-        let text = std::fs::read_to_string(&log).unwrap();
+        let lanes = [lane("first"), lane("echo"), lane("fails")];
+        let ran = std::sync::Mutex::new(Vec::new());
+        let err = run_lanes(&lanes, &dir, |l| {
+            ran.lock().unwrap().push(l.name);
+            match l.name {
+                "echo" => run(
+                    "echo in a lane",
+                    Command::new("echo").arg("written-to-the-lane-log"),
+                ),
+                "fails" => run("false in a lane", &mut Command::new("false")),
+                _ => bail!("the first lane's own failure"),
+            }
+        })
+        .unwrap_err();
+        let mut ran = ran.into_inner().unwrap();
+        ran.sort();
+        assert_eq!(ran, ["echo", "fails", "first"]);
+        let text = std::fs::read_to_string(dir.join("lane-echo.log")).unwrap();
         assert!(text.contains("written-to-the-lane-log"), "{text}");
-        let err = lane(log.clone(), failing_stage)
-            .unwrap()
-            .join()
-            .unwrap()
-            .unwrap_err();
-        assert!(format!("{err:#}").contains("lane.log"), "{err:#}");
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("lane first: the first lane's own failure"),
+            "{err}"
+        );
+        assert!(err.contains("lane fails: false in a lane failed"), "{err}");
+        assert!(err.contains("lane-fails.log"), "{err}");
+        assert!(!err.contains("lane echo"), "{err}");
+        let stages = STAGES.lock().unwrap();
+        assert!(stages
+            .iter()
+            .any(|s| s.0 == "echo" && s.1 == "echo in a lane" && s.3));
+        drop(stages);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

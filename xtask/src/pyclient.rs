@@ -3,7 +3,8 @@
 //! drive bessd. Makes a venv under the target directory (grpcio and
 //! grpcio-tools from PyPI), generates the Python stubs from nfkit's own
 //! `.proto` files into the target directory (never committed), builds the
-//! `nfkit-daemon` binary and runs `crates/daemon/tests/python/test_daemon.py`.
+//! `nfkit-daemon` binary (with the workspace's debug tests, which start it
+//! too) and runs `crates/daemon/tests/python/test_daemon.py`.
 
 use crate::{cargo, run};
 use anyhow::{bail, Context, Result};
@@ -66,9 +67,18 @@ pub fn daemon_python() -> Result<()> {
             .arg(format!("--grpc_python_out={}", stubs.display()))
             .args(&files),
     )?;
+    // The daemon binary the workspace's test build makes (its tests start
+    // it): after `cargo xtask test`'s debug tests nothing is compiled
+    // here. (`cargo build -p nfkit-daemon` resolved other features for
+    // tokio, prost and more, compiled them again and replaced the binary.)
     run(
-        "cargo build nfkit-daemon",
-        cargo().args(["build", "-p", "nfkit-daemon", "--bin", "nfkit-daemon"]),
+        "the debug test build (nfkit-daemon with it)",
+        cargo().envs(crate::DEBUG_ENV.iter().copied()).args([
+            "test",
+            "--workspace",
+            "--no-run",
+            "--quiet",
+        ]),
     )?;
     let bin = target.join("debug").join("nfkit-daemon");
     if !bin.exists() {

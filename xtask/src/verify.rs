@@ -64,7 +64,7 @@ pub fn model_check() -> Result<()> {
 pub fn paths() -> Result<()> {
     run(
         "path counts: the data path's branch outcomes per call",
-        cargo().args([
+        cargo().envs(crate::DEBUG_ENV.iter().copied()).args([
             "test",
             "--workspace",
             "--features",

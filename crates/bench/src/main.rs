@@ -202,6 +202,16 @@ enum Cmd {
         #[arg(long)]
         sends: u64,
     },
+    /// (internal) the RateLimit shaper alone, every flow backlogged, for
+    /// callgrind: `valgrind --tool=callgrind --toggle-collect='*shaper_round*'
+    /// nfkit-bench shaper-lockstep --flows N --packets P`.
+    #[command(hide = true)]
+    ShaperLockstep {
+        #[arg(long)]
+        flows: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: u64,
+    },
     /// (internal) the lock-step NF run measured under callgrind.
     #[command(hide = true)]
     BenchNfLockstep {
@@ -318,6 +328,10 @@ fn main() -> Result<()> {
             packets,
             nfs,
         } => nfkit_bench::nfs::nfs(seconds, packets, &nfs)?,
+        Cmd::ShaperLockstep { flows, packets } => {
+            let n = nfkit_bench::traffic::shaper_lockstep(flows, packets)?;
+            println!("forwarded {n}");
+        }
         Cmd::BenchNfLockstep { model, nf, packets } => {
             let n = nfkit_bench::nfs::lockstep(model, &nf, packets)?;
             println!("forwarded {n}");

@@ -301,7 +301,7 @@ fn dpdk_pair(opts: &VhostOptions) -> Result<Pairing> {
 fn our_frontend(opts: &VhostOptions) -> Result<Pairing> {
     let sock = socket("ourfe")?;
     let backend = dpdk_backend(&sock)?;
-    let port = nfkit_virtio::open_virtio_user(&sock, 1, &OpenOptions::default())?;
+    let port = nfkit_virtio::open_virtio_user(&sock, 1, false, &OpenOptions::default())?;
     let reflector = Reflector::start(port, opts, true, FRONTEND_CORE)?;
     // The warm-up starts with the first packet our frontend gets back.
     let m = opts.measured();
@@ -324,7 +324,7 @@ fn our_frontend(opts: &VhostOptions) -> Result<Pairing> {
 /// DPDK's virtio_user against our vhost-user backend.
 fn our_backend(opts: &VhostOptions) -> Result<Pairing> {
     let sock = socket("ourbe")?;
-    let port = nfkit_virtio::open_vhost_user(&sock, 1, &OpenOptions::default())?;
+    let port = nfkit_virtio::open_vhost_user(&sock, 1, false, &OpenOptions::default())?;
     let frontend = dpdk_frontend(&sock, opts)?;
     // Our backend forwards on the backend core; the rate is read on
     // testpmd's side (the frontend), as in DPDK's pair.

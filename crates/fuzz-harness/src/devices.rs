@@ -143,7 +143,7 @@ pub fn descriptor_chain(data: &[u8]) {
     let mut q = DeviceQueue::start(Arc::new(mem), addrs, QSIZE, 0, event_idx).expect("queue");
     let mut out = [0u8; 2048];
     for _ in 0..2 * QSIZE {
-        match q.pop_tx(12, None, &mut out, &mut Vec::new(), 65_600) {
+        match q.pop_tx(12, false, &mut out, &mut Vec::new(), 65_600) {
             Moved::Packet(n) => assert!(n <= out.len()),
             Moved::Empty => break,
             Moved::Bad(_) => {}

@@ -259,7 +259,12 @@ impl SimLab {
                     )
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if wires.is_empty() {
+            // No simulated port: no thread (it would spin on nothing, a
+            // core lost to an idle `fwd` or daemon on real ports).
+            return generated;
+        }
         let stop = self.pump_stop.clone();
         let count = generated.clone();
         let handle = std::thread::Builder::new()

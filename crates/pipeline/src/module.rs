@@ -60,6 +60,13 @@ pub trait Module: Send {
     fn task_sleeps(&self) -> bool {
         false
     }
+    /// For a task another worker feeds (the `Queue`'s far side): the
+    /// doorbell its producer rings, which a sleeping worker watches next
+    /// to its receive queues (so [`task_sleeps`](Module::task_sleeps)
+    /// may say true).
+    fn task_doorbell(&self) -> Option<std::sync::Arc<nfkit_port::Doorbell>> {
+        None
+    }
     /// For a module whose input side and task may run on different
     /// workers (the `Queue`): a second module that runs only the task,
     /// sharing state with `self`. `None` means the module cannot span

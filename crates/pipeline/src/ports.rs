@@ -589,27 +589,48 @@ impl Owners {
     }
 }
 
-/// The receive queues one worker polls, as the set its sleeps watch.
+/// The receive queues one worker polls, then its tasks' doorbells, as
+/// the set its sleeps watch.
 pub struct WorkerWake<'a> {
     table: &'a mut PortTable,
     queues: &'a [(usize, usize)],
+    bells: &'a [std::sync::Arc<nfkit_port::Doorbell>],
 }
 
 impl<'a> WorkerWake<'a> {
-    pub(crate) fn new(table: &'a mut PortTable, queues: &'a [(usize, usize)]) -> Self {
-        WorkerWake { table, queues }
+    pub(crate) fn new(
+        table: &'a mut PortTable,
+        queues: &'a [(usize, usize)],
+        bells: &'a [std::sync::Arc<nfkit_port::Doorbell>],
+    ) -> Self {
+        WorkerWake {
+            table,
+            queues,
+            bells,
+        }
+    }
+    fn bell(&self, i: usize) -> Option<&nfkit_port::Doorbell> {
+        i.checked_sub(self.queues.len())
+            .and_then(|b| self.bells.get(b))
+            .map(|b| &**b)
     }
 }
 
 impl nfkit_port::WakeSet for WorkerWake<'_> {
     fn len(&self) -> usize {
-        self.queues.len()
+        self.queues.len() + self.bells.len()
     }
     fn label(&self, i: usize) -> String {
+        if self.bell(i).is_some() {
+            return format!("doorbell {}", i - self.queues.len());
+        }
         let (p, q) = self.queues[i];
         format!("port `{}` queue {q}", self.table.plan[p].0.name())
     }
     fn rx_wake(&mut self, i: usize) -> RxWake {
+        if let Some(b) = self.bell(i) {
+            return RxWake::Fd(b.fd());
+        }
         let (p, q) = self.queues[i];
         // A queue this worker does not hold now: nothing to watch.
         self.table
@@ -617,10 +638,18 @@ impl nfkit_port::WakeSet for WorkerWake<'_> {
             .unwrap_or(RxWake::Never)
     }
     fn rx_arm(&mut self, i: usize) -> bool {
+        if let Some(b) = self.bell(i) {
+            b.arm();
+            return true;
+        }
         let (p, q) = self.queues[i];
         self.table.with(p, q, |port| port.rx_arm(q)).unwrap_or(true)
     }
     fn rx_disarm(&mut self, i: usize) {
+        if let Some(b) = self.bell(i) {
+            b.disarm();
+            return;
+        }
         let (p, q) = self.queues[i];
         self.table.with(p, q, |port| port.rx_disarm(q));
     }

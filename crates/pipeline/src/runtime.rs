@@ -81,6 +81,9 @@ pub(crate) struct Runtime {
     /// The receive queues this worker's modules poll: (table index,
     /// queue), what a sleeping worker watches.
     rx_queues: Vec<(usize, usize)>,
+    /// Doorbells of the tasks this worker runs that other workers feed
+    /// ([`Module::task_doorbell`](crate::Module::task_doorbell)).
+    bells: Vec<std::sync::Arc<nfkit_port::Doorbell>>,
 }
 
 impl Runtime {
@@ -95,6 +98,7 @@ impl Runtime {
             trash: Batch::new(),
             worker: 0,
             rx_queues: Vec::new(),
+            bells: Vec::new(),
         }
     }
 
@@ -125,20 +129,26 @@ impl Runtime {
 
     /// Whether this worker may sleep when idle: every task it runs
     /// ([`Module::task_sleeps`](crate::Module::task_sleeps)) gets work
-    /// only from its receive queues or its class's timer.
-    pub fn tasks_sleep(&self, tasks: impl IntoIterator<Item = usize>) -> bool {
-        tasks.into_iter().all(|t| {
-            self.slots
-                .get(t)
-                .and_then(|s| s.as_ref())
-                .is_some_and(|s| s.module.task_sleeps())
-        })
+    /// only from its receive queues, its class's timer or a doorbell
+    /// (collected here for [`Runtime::wake_set`]).
+    pub fn tasks_sleep(&mut self, tasks: impl IntoIterator<Item = usize>) -> bool {
+        self.bells.clear();
+        let mut all = true;
+        for t in tasks {
+            let Some(s) = self.slots.get(t).and_then(|s| s.as_ref()) else {
+                all = false;
+                continue;
+            };
+            all &= s.module.task_sleeps();
+            self.bells.extend(s.module.task_doorbell());
+        }
+        all
     }
 
-    /// The receive queues this worker polls, as a set a sleeping loop
-    /// watches.
+    /// The receive queues this worker polls and its tasks' doorbells, as
+    /// a set a sleeping loop watches.
     pub fn wake_set(&mut self) -> crate::ports::WorkerWake<'_> {
-        crate::ports::WorkerWake::new(&mut self.ports, &self.rx_queues)
+        crate::ports::WorkerWake::new(&mut self.ports, &self.rx_queues, &self.bells)
     }
 
     pub fn set_worker(&mut self, worker: usize) {

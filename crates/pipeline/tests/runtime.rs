@@ -325,3 +325,38 @@ fn unconnected_gates_do_not_starve_deep_walks() {
         "gate 0 is unconnected"
     );
 }
+
+#[test]
+fn a_queue_consumer_worker_sleeps_and_its_producer_wakes_it() {
+    // Worker a: a Source paced at 200 packets/s into a Queue; worker b
+    // runs only the Queue's task. b sleeps between packets and the
+    // Queue's doorbell wakes it: with the longest sleep at 10 s nothing
+    // else could deliver the packets within the second.
+    let src = "worker a\nworker b\ntc rl = rate_limit(worker=a, resource=packet, limit=200)\ns::Source(size=60, burst=1) -> q::Queue(size=1024)\nq -> out::Sink()\ns.attach(tc=rl)\nq.attach(worker=b)\n";
+    let mut p = build(src, Arc::new(RealClock::default()));
+    p.set_idle(nfkit_port::IdleOptions {
+        sleep_after: Some(Duration::from_micros(200)),
+        max_sleep: Duration::from_secs(10),
+    });
+    p.start().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let s = p.shutdown().unwrap();
+    let made = s.module("s").unwrap().created;
+    let got = s.module("out").unwrap().consumed;
+    let b = s.workers.iter().find(|w| w.name == "b").unwrap();
+    let total = (b.sched.busy_ns + b.sched.idle_ns + b.sched.asleep_ns).max(1);
+    let asleep = b.sched.asleep_ns as f64 / total as f64;
+    assert!(made >= 50, "{s}");
+    // All but those still in the ring at shutdown (at most a few).
+    assert!(got + 8 >= made, "made {made}, delivered {got}: {s}");
+    assert!(
+        b.sched.sleeps >= 10,
+        "worker b slept {} times",
+        b.sched.sleeps
+    );
+    assert!(
+        asleep > 0.5,
+        "worker b asleep {:.1}% of its time",
+        100.0 * asleep
+    );
+}

@@ -28,7 +28,12 @@
 //! hang-up is dropped from later sleeps (that queue is polled instead);
 //! every sleep is bounded by [`IdleOptions::max_sleep`] and the caller's
 //! deadline, so a port that never signals delays nothing by more than
-//! that.
+//! that (each timer wake-up that finds packets is counted in
+//! [`IdleTimes::late`], the first one logged). A descriptor that wakes
+//! the loop [`STORM_WAKES`] times in a row with nothing to receive (an
+//! interrupt that never stops, an eventfd nobody resets) would make
+//! the loop poll while claiming to sleep: that queue is polled instead,
+//! logged and counted ([`IdleTimes::spurious`], [`IdleTimes::fallbacks`]).
 
 use crate::Port;
 use std::os::fd::RawFd;
@@ -87,6 +92,67 @@ impl Waker {
     pub fn fd(&self) -> RawFd {
         use std::os::fd::AsRawFd;
         self.0.as_raw_fd()
+    }
+}
+
+/// A doorbell for work another thread hands over through memory (a
+/// pipeline `Queue` between two workers): the consumer says it is about
+/// to sleep ([`Doorbell::arm`]), re-checks its ring, and sleeps on
+/// [`Doorbell::fd`]; the producer, after publishing work, rings
+/// ([`Doorbell::ring`]), which costs a fence and a load while the
+/// consumer is awake and one `write(2)` per sleep otherwise, never one
+/// per packet.
+///
+/// The lost wake-up (ixy #21 again, between threads): the consumer's
+/// store of "asleep" and its re-check of the ring, and the producer's
+/// store into the ring and its load of "asleep", are each ordered by a
+/// `SeqCst` fence, so at least one side sees the other's store: either
+/// the re-check finds the work, or the producer sees the flag and
+/// signals (the eventfd keeps the signal until the consumer's `poll`).
+#[derive(Debug)]
+pub struct Doorbell {
+    asleep: std::sync::atomic::AtomicBool,
+    waker: Waker,
+    rung: std::sync::atomic::AtomicU64,
+}
+
+impl Doorbell {
+    pub fn new() -> std::io::Result<Doorbell> {
+        Ok(Doorbell {
+            asleep: std::sync::atomic::AtomicBool::new(false),
+            waker: Waker::new()?,
+            rung: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+    /// The producer, after its work is visible (pushed into the ring).
+    #[inline]
+    pub fn ring(&self) {
+        use std::sync::atomic::{fence, Ordering};
+        fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed) && self.asleep.swap(false, Ordering::SeqCst) {
+            self.waker.wake();
+            self.rung.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    /// The consumer, before its re-check: from here on a producer signals.
+    pub fn arm(&self) {
+        use std::sync::atomic::{fence, Ordering};
+        self.asleep.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+    /// The consumer, awake again: no more signals; reset the descriptor.
+    pub fn disarm(&self) {
+        self.asleep
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.waker.drain();
+    }
+    /// Readable once rung while armed.
+    pub fn fd(&self) -> RawFd {
+        self.waker.fd()
+    }
+    /// Signals sent (sleeps a producer ended).
+    pub fn rung(&self) -> u64 {
+        self.rung.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -154,6 +220,11 @@ pub const DEFAULT_MAX_SLEEP: Duration = Duration::from_millis(50);
 /// Empty rounds between clock reads while polling idle.
 const CLOCK_EVERY: u32 = 16;
 
+/// Port wake-ups in a row whose next round found nothing, after which
+/// the descriptors behind them are no longer slept on (an interrupt
+/// storm).
+pub const STORM_WAKES: u32 = 64;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleOptions {
     /// Sleep after this long without work; `None`: pure polling (lowest
@@ -206,6 +277,8 @@ pub struct IdleTimes {
     /// not signal them (a frontend that never kicks); the sleep bound is
     /// what delivered them.
     pub late: u64,
+    /// Port wake-ups whose next round found nothing.
+    pub spurious: u64,
 }
 
 impl IdleTimes {
@@ -221,6 +294,7 @@ impl IdleTimes {
             rechecks: self.rechecks.saturating_sub(old.rechecks),
             fallbacks: self.fallbacks.saturating_sub(old.fallbacks),
             late: self.late.saturating_sub(old.late),
+            spurious: self.spurious.saturating_sub(old.spurious),
         }
     }
 
@@ -281,6 +355,12 @@ pub struct Idle {
     broken: Vec<(usize, RawFd)>,
     /// Also watched in every sleep ([`Idle::set_control`]).
     control: Option<RawFd>,
+    /// The last sleep ended on a port's descriptor: these were readable.
+    after_wake: Vec<(usize, RawFd)>,
+    /// Port wake-ups in a row that found nothing.
+    empty_wakes: u32,
+    /// [`STORM_WAKES`] reached: the next arm stops sleeping on these.
+    storm: Vec<(usize, RawFd)>,
     #[cfg(test)]
     naive: bool,
 }
@@ -298,6 +378,9 @@ impl Idle {
             armed: Vec::new(),
             broken: Vec::new(),
             control: None,
+            after_wake: Vec::new(),
+            empty_wakes: 0,
+            storm: Vec::new(),
             #[cfg(test)]
             naive: false,
         }
@@ -333,7 +416,15 @@ impl Idle {
     pub fn round(&mut self, worked: bool) -> bool {
         if self.after_timeout {
             self.after_timeout = false;
-            self.times.late += u64::from(worked);
+            if worked {
+                if self.times.late == 0 {
+                    tracing::info!("a sleep bound delivered packets that no port signalled (a port that raises no interrupt or a frontend that never kicks); counted as late wake-ups");
+                }
+                self.times.late += 1;
+            }
+        }
+        if !self.after_wake.is_empty() {
+            self.woke_with(worked);
         }
         if worked {
             if let Some(t) = self.idle_since.take() {
@@ -354,6 +445,21 @@ impl Idle {
         match self.opts.sleep_after {
             Some(after) if !self.cannot_sleep => t.elapsed() >= after,
             _ => false,
+        }
+    }
+
+    /// The round after a port's wake-up: `worked` or not.
+    #[cold]
+    fn woke_with(&mut self, worked: bool) {
+        let ready = std::mem::take(&mut self.after_wake);
+        if worked {
+            self.empty_wakes = 0;
+            return;
+        }
+        self.times.spurious += 1;
+        self.empty_wakes += 1;
+        if self.empty_wakes >= STORM_WAKES {
+            self.storm = ready;
         }
     }
 
@@ -413,6 +519,19 @@ impl Idle {
         }
         self.fds.clear();
         self.armed.clear();
+        let storm = std::mem::take(&mut self.storm);
+        if !storm.is_empty() {
+            for &(i, fd) in &storm {
+                tracing::warn!(
+                    "{}: woke the loop {STORM_WAKES} times in a row with nothing to receive (an interrupt that never stops?); polling that queue",
+                    set.label(i)
+                );
+                if !self.broken.contains(&(i, fd)) {
+                    self.broken.push((i, fd));
+                }
+            }
+            self.empty_wakes = 0;
+        }
         let mut unable = None;
         for i in 0..set.len() {
             match set.rx_wake(i) {
@@ -485,7 +604,11 @@ impl Idle {
                 Ok(0) => {}
                 Ok(_) => {
                     timed_out = false;
+                    self.after_wake.clear();
                     for (f, &i) in self.fds.iter().zip(&self.armed) {
+                        if f.revents & libc::POLLIN != 0 {
+                            self.after_wake.push((i, f.fd));
+                        }
                         let bad = libc::POLLERR | libc::POLLHUP | libc::POLLNVAL;
                         if f.revents & bad != 0 && !self.broken.contains(&(i, f.fd)) {
                             self.broken.push((i, f.fd));
@@ -714,6 +837,139 @@ mod tests {
         for _ in 0..100 {
             assert!(!idle.round(false));
         }
+    }
+
+    #[test]
+    fn a_doorbell_loses_no_wake_up_between_threads() {
+        // A producer hands items over one at a time, ringing after each;
+        // the consumer sleeps whenever the ring is empty (arm, re-check,
+        // poll). A lost wake-up would stall the consumer for the whole
+        // 10 s poll; all items must arrive well before.
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        const N: u64 = 5000;
+        let bell = Arc::new(Doorbell::new().unwrap());
+        let sent = Arc::new(AtomicU64::new(0));
+        let (b, s) = (bell.clone(), sent.clone());
+        let producer = std::thread::spawn(move || {
+            for i in 1..=N {
+                s.store(i, Ordering::Release);
+                b.ring();
+                if i % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let t = Instant::now();
+        let (mut seen, mut sleeps) = (0, 0u64);
+        while seen < N {
+            let now = sent.load(Ordering::Acquire);
+            if now > seen {
+                seen = now;
+                continue;
+            }
+            bell.arm();
+            if sent.load(Ordering::Acquire) > seen {
+                bell.disarm(); // the re-check found work
+                continue;
+            }
+            let mut p = [libc::pollfd {
+                fd: bell.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            crate::sys::poll(&mut p, 10_000).unwrap();
+            bell.disarm();
+            sleeps += 1;
+            assert!(t.elapsed() < Duration::from_secs(5), "a wake-up was lost");
+        }
+        producer.join().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "a wake-up was lost");
+        assert!(
+            bell.rung() >= sleeps.min(1),
+            "the sleeps were ended by rings"
+        );
+    }
+
+    /// A queue whose descriptor is always readable and that never has a
+    /// packet: an interrupt that never stops.
+    struct Storm {
+        pool: Mempool,
+        fd: UnixStream,
+        _peer: UnixStream,
+    }
+
+    impl Port for Storm {
+        fn name(&self) -> &str {
+            "storm"
+        }
+        fn rx_batch(&mut self, _q: usize, _b: &mut Batch) -> usize {
+            0
+        }
+        fn tx_batch(&mut self, _q: usize, _b: &mut Batch) -> usize {
+            0
+        }
+        fn queue_stats(&self, _q: usize) -> QueueStats {
+            QueueStats::default()
+        }
+        fn mac(&self) -> [u8; 6] {
+            [0; 6]
+        }
+        fn pool(&self) -> &Mempool {
+            &self.pool
+        }
+        fn rx_wake(&self, _q: usize) -> RxWake {
+            RxWake::Fd(self.fd.as_raw_fd())
+        }
+    }
+
+    #[test]
+    fn a_queue_that_wakes_the_loop_continuously_is_polled_instead() {
+        let (fd, mut peer) = UnixStream::pair().unwrap();
+        peer.write_all(&[1]).unwrap(); // readable for ever: never read
+        let mut port = Storm {
+            pool: software_pool("storm", 8).unwrap(),
+            fd,
+            _peer: peer,
+        };
+        let mut idle = idle_now(Duration::from_secs(30));
+        let t = Instant::now();
+        let mut rounds = 0;
+        while idle.times(t.elapsed()).fallbacks == 0 && rounds < 100_000 {
+            rounds += 1;
+            if idle.round(false) {
+                idle.sleep(&mut [&mut port], None, |_| false);
+            }
+        }
+        let times = idle.times(t.elapsed());
+        assert_eq!(times.fallbacks, 1, "{times:?}");
+        assert_eq!(times.spurious, u64::from(STORM_WAKES), "{times:?}");
+        assert_eq!(times.woken, u64::from(STORM_WAKES), "{times:?}");
+        // and from then on it polls, honestly
+        for _ in 0..1000 {
+            assert!(!idle.round(false));
+        }
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn packets_no_port_signalled_are_delivered_by_the_sleep_bound_and_counted() {
+        // A port that raises no interrupt (a frontend that never kicks):
+        // its packet waits for the timer, which ends the sleep; the next
+        // round finds it and counts a late wake-up.
+        let mut port = Racy::new();
+        port.arrive_at_arm = false;
+        let mut idle = idle_now(Duration::from_millis(20));
+        let t = Instant::now();
+        assert!(!idle.sleep(&mut [&mut port], None, rx_round));
+        port.waiting += 1; // arrived while asleep, signalled nothing
+        let mut ports: [&mut dyn Port; 1] = [&mut port];
+        let worked = rx_round(&mut ports);
+        idle.round(worked);
+        let times = idle.times(t.elapsed());
+        assert!(worked);
+        assert_eq!((times.timeouts, times.late, times.woken), (1, 1, 0));
+        assert!(t.elapsed() < Duration::from_secs(10));
     }
 
     #[test]

@@ -36,6 +36,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod agent;
+pub mod bond;
 mod distinct;
 pub mod fwd;
 pub mod idle;
@@ -52,7 +53,7 @@ pub(crate) mod sys;
 pub mod tap;
 
 pub use distinct::check_distinct;
-pub use idle::{Idle, IdleOptions, IdleTimes, RxWake, WakeSet, Waker};
+pub use idle::{Doorbell, Idle, IdleOptions, IdleTimes, RxWake, WakeSet, Waker};
 pub use model::Model;
 pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
 pub use spec::{PortSpec, SpecError};

@@ -148,4 +148,22 @@ impl ControlQueue {
             &pairs.to_le_bytes(),
         )
     }
+
+    /// §5.1.6.5.6.1: the guest offloads (GUEST_CSUM, GUEST_TSO4/6,
+    /// GUEST_ECN feature bits) the device may use from now on
+    /// (OFFLOADS_SET, le64).
+    pub fn set_guest_offloads(
+        &mut self,
+        notify: &dyn Notify,
+        clock: &dyn Clock,
+        bits: u64,
+    ) -> Result<(), VirtioError> {
+        self.command(
+            notify,
+            clock,
+            spec::CTRL_GUEST_OFFLOADS,
+            spec::CTRL_GUEST_OFFLOADS_SET,
+            &bits.to_le_bytes(),
+        )
+    }
 }

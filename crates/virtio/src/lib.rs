@@ -33,8 +33,8 @@
 //! | spec (through [`opener`]) | open with | port |
 //! |---|---|---|
 //! | `pci:ADDR` of a 1af4:1000/1041 | [`open_pci`] | [`PciNet`] (modern registers through the mapped BAR, or the §4.1.4.9 window) |
-//! | `virtio-user:PATH[,queues=N]` | [`open_virtio_user`] | [`vhost_user::VirtioUser`] (our driver, a backend process as the device) |
-//! | `vhost-user:PATH[,queues=N]` | [`open_vhost_user`] | [`vhost_user::VhostUserBackend`] (we are the device: QEMU guests, DPDK virtio-user) |
+//! | `virtio-user:PATH[,queues=N][,tso=on]` | [`open_virtio_user`] | [`vhost_user::VirtioUser`] (our driver, a backend process as the device) |
+//! | `vhost-user:PATH[,queues=N][,tso=on]` | [`open_vhost_user`] | [`vhost_user::VhostUserBackend`] (we are the device: QEMU guests, DPDK virtio-user) |
 //!
 //! A packet handed to a port's `tx_batch` from another port's pool is
 //! copied into the port's own pool first (only its buffers have device

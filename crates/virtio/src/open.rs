@@ -3,11 +3,14 @@
 //! CLI adds [`opener`] to its port registry so that `pci:ADDR` reaches
 //! this driver when ADDR is a VirtIO-net device.
 //!
-//! PCI access: a device bound to `vfio-pci` is driven through VFIO (DMA
-//! through the IOMMU; a modern device then needs `iommu_platform=on` in
-//! QEMU); any other is bound to `uio_pci_generic` and driven with
-//! hugepage DMA memory and physical addresses. Legacy devices are always
-//! driven through uio: they bypass a (v)IOMMU.
+//! PCI access: a device bound to `vfio-pci` is driven through VFIO, with
+//! MSI-X interrupts (`VFIO_DEVICE_SET_IRQS`, one vector per receive
+//! queue) so that an idle loop sleeps. A modern device does its DMA
+//! through the IOMMU (QEMU: `iommu_platform=on`); a legacy device
+//! bypasses a (v)IOMMU, so it gets hugepage memory at physical addresses
+//! while VFIO gives its registers and interrupts. Any other device is
+//! bound to `uio_pci_generic` and driven with hugepage DMA memory and
+//! physical addresses, polled (uio offers no MSI-X).
 
 use crate::error::VirtioError;
 use crate::pci::{check_device, LegacyTransport, ModernTransport, NetConfig, PciNet};
@@ -15,7 +18,7 @@ use crate::spec::net as spec;
 use crate::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
 use nfkit_hw::linux::{HugepageDma, LinuxPci, NetView, SysfsDevice};
 use nfkit_hw::vfio::VfioContainer;
-use nfkit_hw::{DmaAllocator, PciAddress, PciFunction, SystemClock};
+use nfkit_hw::{DmaAllocator, EventFd, PciAddress, PciFunction, SystemClock};
 use nfkit_port::{OpenOptions, Opener, Port, PortError, PortSpec};
 use std::path::Path;
 use std::sync::Arc;
@@ -42,12 +45,27 @@ pub fn open_pci(
     let clock = Arc::new(SystemClock::default());
     let vfio = sysfs.driver().map_err(|e| err(e.into()))?.as_deref() == Some("vfio-pci");
     let device = sysfs.device_id().map_err(|e| err(e.into()))?;
-    if vfio && device == spec::PCI_DEVICE_ID_MODERN {
+    if vfio {
         let container = VfioContainer::open().map_err(|e| err(e.into()))?;
         let dev = container.device(addr).map_err(|e| err(e.into()))?;
         check_device(&dev).map_err(&err)?;
         dev.enable_bus_master().map_err(|e| err(e.into()))?;
-        return init_modern(dev, &container, clock, &cfg).map_err(&err);
+        let vectors = msix_vectors(&dev, cfg.queue_pairs, &name);
+        if device == spec::PCI_DEVICE_ID_MODERN {
+            return init_modern(dev, &container, clock, &cfg, vectors).map_err(&err);
+        }
+        // Legacy: DMA at physical addresses (the device ignores the
+        // IOMMU); the configuration moves behind the vector registers
+        // once MSI-X is on.
+        let dma = HugepageDma::new().map_err(|e| err(e.into()))?;
+        let bar0 = dev.io_bar(0).map_err(|e| err(e.into()))?;
+        let t = if vectors.is_empty() {
+            LegacyTransport::new(bar0)
+        } else {
+            LegacyTransport::with_msix(bar0)
+        };
+        let net = PciNet::init_with_vectors(t, &dma, clock, &cfg, vectors).map_err(&err)?;
+        return Ok(Box::new(net.keep_alive(Box::new(dev))));
     }
     let pci = LinuxPci::open(addr).map_err(|e| err(e.into()))?;
     check_device(&pci).map_err(&err)?;
@@ -63,7 +81,7 @@ pub fn open_pci(
         let t = LegacyTransport::new(bar0);
         Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?)
     } else {
-        init_modern(pci, &dma, clock, &cfg).map_err(&err)?
+        init_modern(pci, &dma, clock, &cfg, Vec::new()).map_err(&err)?
     };
     Ok(nfkit_port::with_guard(port, guard))
 }
@@ -76,16 +94,46 @@ fn init_modern<P: PciFunction + 'static>(
     dma: &dyn DmaAllocator,
     clock: Arc<SystemClock>,
     cfg: &NetConfig,
+    vectors: Vec<Arc<EventFd>>,
 ) -> Result<Box<dyn Port>, VirtioError> {
     match ModernTransport::over_mapped_bars(pci) {
         Ok(t) => {
             tracing::debug!(port = %cfg.name, "modern registers through mapped BARs");
-            Ok(Box::new(PciNet::init(t, dma, clock, cfg)?))
+            Ok(Box::new(PciNet::init_with_vectors(
+                t, dma, clock, cfg, vectors,
+            )?))
         }
         Err((why, pci)) => {
             tracing::info!(port = %cfg.name, "cannot map the register BARs ({why}): using the configuration-space window");
             let t = ModernTransport::over_config_space(pci)?;
-            Ok(Box::new(PciNet::init(t, dma, clock, cfg)?))
+            Ok(Box::new(PciNet::init_with_vectors(
+                t, dma, clock, cfg, vectors,
+            )?))
+        }
+    }
+}
+
+/// MSI-X through VFIO, one vector per receive queue (as many as the
+/// device offers); none (the queues are polled, logged) when the device
+/// offers no MSI-X or enabling it fails.
+fn msix_vectors(dev: &nfkit_hw::vfio::VfioDevice, pairs: u16, name: &str) -> Vec<Arc<EventFd>> {
+    let offered = match dev.msix_count() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(port = %name, "reading the MSI-X capability: {e}; polling");
+            return Vec::new();
+        }
+    };
+    let want = u32::from(pairs.max(1)).min(offered);
+    if want == 0 {
+        tracing::warn!(port = %name, "the device offers no MSI-X vector: its queues are polled");
+        return Vec::new();
+    }
+    match dev.enable_msix(want) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(port = %name, "enabling MSI-X: {e}; polling");
+            Vec::new()
         }
     }
 }
@@ -94,6 +142,7 @@ fn init_modern<P: PciFunction + 'static>(
 pub fn open_vhost_user(
     path: &Path,
     queues: u16,
+    tso: bool,
     opts: &OpenOptions,
 ) -> Result<Box<dyn Port>, PortError> {
     let name = format!("vhost-user:{}", path.display());
@@ -103,7 +152,7 @@ pub fn open_vhost_user(
         path: path.to_path_buf(),
         queue_pairs: queues.max(1),
         mac: [0x02, 0, 0, 0, 0, 0x10],
-        host_tso: false,
+        host_tso: tso,
     };
     Ok(Box::new(
         VhostUserBackend::listen(cfg, pool).map_err(port_err(&name))?,
@@ -114,6 +163,7 @@ pub fn open_vhost_user(
 pub fn open_virtio_user(
     path: &Path,
     queues: u16,
+    tso: bool,
     opts: &OpenOptions,
 ) -> Result<Box<dyn Port>, PortError> {
     let name = format!("virtio-user:{}", path.display());
@@ -121,6 +171,7 @@ pub fn open_virtio_user(
         name: name.clone(),
         queue_pairs: queues.max(1),
         pool_size: opts.pool_buffers,
+        guest_tso: tso,
         ..FrontendConfig::default()
     };
     Ok(Box::new(
@@ -146,8 +197,15 @@ pub fn is_virtio_net(addr: PciAddress) -> bool {
 pub fn opener() -> impl Opener {
     |spec: &PortSpec, opts: &OpenOptions| match spec {
         PortSpec::Pci(addr) if is_virtio_net(*addr) => Some(open_pci(*addr, 1, opts)),
-        PortSpec::VhostUser(v) => Some(open_vhost_user(&v.path, queue_pairs(v.queues), opts)),
-        PortSpec::VirtioUser(v) => Some(open_virtio_user(&v.path, queue_pairs(v.queues), opts)),
+        PortSpec::VhostUser(v) => {
+            Some(open_vhost_user(&v.path, queue_pairs(v.queues), v.tso, opts))
+        }
+        PortSpec::VirtioUser(v) => Some(open_virtio_user(
+            &v.path,
+            queue_pairs(v.queues),
+            v.tso,
+            opts,
+        )),
         _ => None,
     }
 }

@@ -327,8 +327,34 @@ impl Virtqueue {
     /// IN_ORDER: the chain takes the next `chain.len()` descriptors in
     /// table order (free: the device returns chains in order), and the
     /// next available-ring slot (written only if it held another head).
+    #[inline]
     fn add_in_order(&mut self, mut order: InOrder, chain: &[Segment]) -> Option<u16> {
         let size = self.layout.size;
+        if let [seg] = chain {
+            // The usual case, one descriptor: in slot i it is descriptor
+            // i, so after the first round no ring slot is written.
+            if self.in_flight >= size || order.descs_out >= size {
+                return None;
+            }
+            let id = order.next_desc;
+            self.write_descriptor(id, seg);
+            order.next_desc = (id + 1) & (size - 1);
+            order.descs_out += 1;
+            self.in_order = Some(order);
+            let slot = (self.next_avail & (size - 1)) as usize;
+            if let (Some(len), Some(h)) =
+                (self.chain_len.get_mut(slot), self.slot_head.get_mut(slot))
+            {
+                *len = 1;
+                if *h != id {
+                    *h = id;
+                    self.write_avail_u16(self.layout.avail_ring_entry(slot as u16), id);
+                }
+            }
+            self.next_avail = self.next_avail.wrapping_add(1);
+            self.in_flight += 1;
+            return Some(id);
+        }
         let k = chain.len() as u16;
         if chain.is_empty()
             || chain.len() > size as usize
@@ -572,6 +598,37 @@ mod tests {
         dma.write_u32(used, 9 << 16).unwrap();
         assert!(matches!(q.pop_used(), Err(UsedError::IndexJump { .. })));
         assert!(!q.set_in_order(false), "only on a fresh queue");
+    }
+
+    #[test]
+    fn in_order_chains_of_several_descriptors_take_them_in_table_order() {
+        let dma = SimDma::new();
+        let mut q = Virtqueue::new(&*dma, LayoutKind::Modern, 4, false).unwrap();
+        assert!(q.set_in_order(false));
+        let seg = Segment {
+            addr: 0x1000,
+            len: 64,
+            device_writes: false,
+        };
+        assert_eq!(q.add(&[seg, seg, seg]), Some(0));
+        assert_eq!(q.free_descriptors(), 1);
+        assert!(q.add(&[seg, seg]).is_none(), "two do not fit in one");
+        assert_eq!(q.add(&[seg]), Some(3));
+        q.publish();
+        // Descriptor 0 links to 1 and 2; 2 ends the chain.
+        let desc = q.desc_addr();
+        let word = |id: u64| (dma.read_u64(desc + 16 * id + 8).unwrap() >> 32) as u32;
+        assert_eq!(word(0), desc::F_NEXT as u32 | 1 << 16);
+        assert_eq!(word(1), desc::F_NEXT as u32 | 2 << 16);
+        assert_eq!(word(2) & desc::F_NEXT as u32, 0);
+        let used = q.used_addr();
+        dma.write_u32(used + 4, 0).unwrap();
+        dma.write_u32(used, 1 << 16).unwrap();
+        assert_eq!(q.pop_used().unwrap(), Some(Used { head: 0, len: 0 }));
+        assert_eq!(q.free_descriptors(), 3);
+        // The next chain wraps round the table: 0, 1 (after 3).
+        assert_eq!(q.add(&[seg, seg]), Some(0));
+        assert_eq!(q.add(&[seg]), Some(2));
     }
 
     #[test]

@@ -28,6 +28,12 @@ pub const DRIVER_OFFLOADS: u64 = feature::NET_F_MRG_RXBUF
     | feature::NET_F_HOST_TSO6
     | feature::NET_F_HOST_ECN;
 
+/// The feature bits CTRL_GUEST_OFFLOADS turns on and off (§5.1.6.5.6).
+pub const GUEST_OFFLOADS: u64 = feature::NET_F_GUEST_CSUM
+    | feature::NET_F_GUEST_TSO4
+    | feature::NET_F_GUEST_TSO6
+    | feature::NET_F_GUEST_ECN;
+
 /// Largest frame either side carries (as a chain of buffers): a 64 KiB
 /// segmentation super-frame and its headers.
 pub const MAX_FRAME: usize = 64 * 1024 + 64;
@@ -300,4 +306,73 @@ pub fn take_header(
         buf.set_offload(o);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp() -> Vec<u8> {
+        use std::net::Ipv4Addr;
+        let (a, z) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        nfkit_packet::FrameBuilder::tcp((a, 1000), (z, 2000))
+            .payload(&[7; 100])
+            .build()
+    }
+
+    /// A partial checksum asked through the header becomes a request in
+    /// the metadata (or is completed, for a chain); a header that lies or
+    /// asks what was not negotiated is dropped with its reason.
+    #[test]
+    fn headers_map_to_offload_state_and_lies_are_refused() {
+        let all = Offloads::of_device(
+            feature::NET_F_CSUM | feature::NET_F_HOST_TSO4 | feature::NET_F_MRG_RXBUF,
+        );
+        assert!(all.recv_csum && all.recv_gso && all.mergeable && !all.send_csum);
+        let f = tcp();
+        let mut o = offload_meta::describe(&f).unwrap();
+        o.flags = ol::L4_CSUM;
+        let mut h = [0u8; 12];
+        write_header(Some(&o), 1, &mut h);
+        assert_eq!(h[10..12], [1, 0], "num_buffers");
+        let mut frame = f.clone();
+        let (got, wrote) = read_header(&h, &mut frame, &all, false).unwrap();
+        assert_eq!(got.map(|g| g.flags), Some(ol::L4_CSUM));
+        assert!(!wrote);
+        // Completed in place when asked (a chain): the builder's checksum.
+        let mut partial = f.clone();
+        let pseudo = nfkit_packet::checksum::Sum::ZERO
+            .add_bytes(&f[26..34])
+            .add_u16(6)
+            .add_u16((f.len() - 34) as u16)
+            .fold();
+        partial[50..52].copy_from_slice(&pseudo.to_be_bytes());
+        let (got, wrote) = read_header(&h, &mut partial, &all, true).unwrap();
+        assert!(got.is_none() && wrote);
+        assert_eq!(partial, f);
+        // Not negotiated, or past the frame: dropped.
+        let none = Offloads::default();
+        assert_eq!(
+            read_header(&h, &mut frame, &none, false),
+            Err(DropReason::BadOffload)
+        );
+        let mut lie = h;
+        lie[6..8].copy_from_slice(&2000u16.to_le_bytes());
+        assert_eq!(
+            read_header(&lie, &mut frame, &all, false),
+            Err(DropReason::BadOffload)
+        );
+        let mut zero_mss = h;
+        zero_mss[1] = offload_meta::VNET_GSO_TCPV4;
+        assert_eq!(
+            read_header(&zero_mss, &mut frame, &all, false),
+            Err(DropReason::BadOffload)
+        );
+        // Capabilities are what was negotiated.
+        let drv = Offloads::of_driver(feature::NET_F_CSUM | feature::NET_F_GUEST_CSUM);
+        let caps = drv.caps(MAX_FRAME);
+        assert!(caps.has(cap::TX_L4_CSUM) && caps.has(cap::RX_PARTIAL_CSUM));
+        assert!(!caps.has(cap::TX_TSO) && !caps.has(cap::RX_LRO));
+        assert_eq!(Offloads::default().caps(1514).flags, 0);
+    }
 }

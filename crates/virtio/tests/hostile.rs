@@ -82,7 +82,7 @@ proptest! {
         let mut out = [0u8; 2048];
         let mut spill = Vec::new();
         for _ in 0..2 * QSIZE {
-            match q.pop_tx(12, None, &mut out, &mut spill, 65_600) {
+            match q.pop_tx(12, false, &mut out, &mut spill, 65_600) {
                 Moved::Packet(n) => prop_assert!(n <= out.len() || spill.len() == n),
                 Moved::Empty => break,
                 Moved::Bad(_) => {}
@@ -161,7 +161,7 @@ fn fuzz_regressions_descriptor_chain() {
     let mut out = [0u8; 2048];
     let mut bad = 0;
     for _ in 0..2 * QSIZE {
-        match q.pop_tx(12, None, &mut out, &mut Vec::new(), 65_600) {
+        match q.pop_tx(12, false, &mut out, &mut Vec::new(), 65_600) {
             Moved::Packet(n) => assert!(n <= out.len()),
             Moved::Empty => break,
             Moved::Bad(_) => bad += 1,
@@ -185,8 +185,7 @@ fn lying_chains_are_dropped_with_their_reason_and_jumbo_chains_carried() {
         let (_arena, mut q) = hostile_queue(desc, &[0], 1);
         let mut out = [0u8; 2048];
         let mut spill = Vec::new();
-        let mut hdr = [0u8; 12];
-        let m = q.pop_tx(12, Some(&mut hdr), &mut out, &mut spill, max);
+        let m = q.pop_tx(12, true, &mut out, &mut spill, max);
         (m, spill.len())
     };
     let looped = [(8192, false, 100, NEXT, 1), (8192, false, 100, NEXT, 0)];
@@ -200,7 +199,8 @@ fn lying_chains_are_dropped_with_their_reason_and_jumbo_chains_carried() {
     let written = [(8192, false, 100, WRITE, 0)];
     assert_eq!(pop(&written, 9018).0, Moved::Bad(DropReason::Direction));
     let jumbo = [(8192, false, 12, NEXT, 1), (12288, false, 9000, 0, 0)];
-    assert_eq!(pop(&jumbo, 9018), (Moved::Packet(9000), 9000));
+    // Header and packet, kept together: 12 + 9000 bytes.
+    assert_eq!(pop(&jumbo, 9030), (Moved::Packet(9012), 9012));
 
     // Eight posted receive buffers of 1536 bytes: a 9000-byte frame and
     // its 12-byte header take six.

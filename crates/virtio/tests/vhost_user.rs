@@ -150,6 +150,74 @@ fn jumbo_and_64k_frames_cross_as_chains_both_ways() {
     assert_eq!(be.drops(0).total() + fe.drops(0).total(), 0);
 }
 
+/// TSO both ways (issue 19 item 3): with HOST_TSO offered (`tso=on`)
+/// and GUEST_TSO asked, a 60 KB TCP super-frame crosses as a chain with
+/// its segmentation kind and size in the offload metadata, byte-exact;
+/// without them, the same frame is refused with its reason.
+#[test]
+fn tso_super_frames_cross_with_their_offload_metadata() {
+    use nfkit_hw::pool::offload::{self as ol, Gso};
+    let dma = SimDma::new();
+    let pool = Mempool::new(&*dma, "backend", 1024, 2048).unwrap();
+    let cfg = BackendConfig {
+        name: "vhost-user:tso".into(),
+        path: socket_path("tso"),
+        queue_pairs: 1,
+        mac: [2, 0, 0, 0, 0, 1],
+        host_tso: true,
+    };
+    let mut be = VhostUserBackend::listen(cfg, pool).unwrap();
+    let fcfg = FrontendConfig {
+        guest_tso: true,
+        ..FrontendConfig::default()
+    };
+    let mut fe = vhost_user::connect(&socket_path("tso"), &fcfg).unwrap();
+    wait_for("rings", || be.ready(0));
+    assert!(fe.offloads().send_tso4 && fe.offloads().recv_gso);
+    assert!(be.offloads().send_tso4 && be.offloads().recv_gso);
+    assert!(be.capabilities().has(nfkit_port::cap::TX_TSO));
+    let (a, z) = (
+        std::net::Ipv4Addr::new(10, 0, 0, 1),
+        std::net::Ipv4Addr::new(10, 0, 0, 2),
+    );
+    let frame = nfkit_packet::FrameBuilder::tcp((a, 1000), (z, 2000))
+        .payload(&packet(3, 60_000))
+        .build();
+    let mut o = nfkit_packet::offload_meta::describe(&frame).unwrap();
+    o.flags = ol::L4_CSUM;
+    o.gso = Gso::Tcp;
+    o.gso_size = 1448;
+    for (from, to) in [(0, 1), (1, 0)] {
+        let mut ports: [&mut dyn Port; 2] = [&mut fe, &mut be];
+        let mut p = ports[from].pool().alloc_frame(&frame).unwrap();
+        p.set_offload(o);
+        let mut batch = Batch::new();
+        batch.push(p);
+        let start = Instant::now();
+        while !batch.is_empty() {
+            ports[from].tx_batch(0, &mut batch);
+            assert!(start.elapsed() < Duration::from_secs(5), "could not send");
+        }
+        let mut rx = Batch::new();
+        wait_for("the super-frame", || {
+            ports[to].rx_batch(0, &mut rx);
+            ports[from].tx_batch(0, &mut Batch::new());
+            !rx.is_empty()
+        });
+        let got = rx.pop().unwrap();
+        let mut whole = Vec::new();
+        got.copy_frame_to(&mut whole);
+        assert!(whole == frame, "{from} -> {to}: the frame differs");
+        let m = got
+            .offload()
+            .copied()
+            .expect("segmentation in the metadata");
+        assert_eq!((m.gso, m.gso_size, m.l4_start()), (Gso::Tcp, 1448, 34));
+        assert!(got.is_chained());
+    }
+    assert_eq!(be.drops(0).total() + fe.drops(0).total(), 0);
+}
+
 #[test]
 fn malformed_messages_drop_the_frontend_not_the_port() {
     let mut be = backend("garbage", 1);

@@ -6,11 +6,17 @@
 //!
 //! A full ring drops and counts. Packets waiting in the ring show in the
 //! `queued` statistic.
+//!
+//! The task's worker may sleep when the ring is empty: the input side
+//! rings a [`Doorbell`] after each batch it queues, which signals only
+//! while the consumer has said it sleeps (no system call per packet; the
+//! consumer re-checks the ring after saying so, see `Doorbell`).
 
 use crate::args::{ArgError, Args};
 use crate::module::{AdaptiveBurst, Ctx, Module, DEFAULT_BURST};
 use crossbeam_queue::ArrayQueue;
 use nfkit_hw::{Batch, PktBuf};
+use nfkit_port::Doorbell;
 use std::sync::Arc;
 
 crate::modules::declare_class!("Queue" => build);
@@ -19,6 +25,9 @@ pub struct Queue {
     ring: Arc<ArrayQueue<PktBuf>>,
     burst: AdaptiveBurst,
     task_only: bool,
+    /// Rung by the input side; `None` (no eventfd to be had): the task's
+    /// worker polls.
+    bell: Option<Arc<Doorbell>>,
 }
 
 impl Queue {
@@ -28,6 +37,13 @@ impl Queue {
             ring: Arc::new(ArrayQueue::new(size.max(1))),
             burst: AdaptiveBurst::new(burst),
             task_only: false,
+            bell: match Doorbell::new() {
+                Ok(b) => Some(Arc::new(b)),
+                Err(e) => {
+                    tracing::warn!("Queue: no eventfd for its doorbell ({e}): its task's worker polls");
+                    None
+                }
+            },
         }
     }
 }
@@ -44,14 +60,27 @@ impl Module for Queue {
         }
     }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
+        let mut queued = 0;
         for p in batch.drain() {
-            if let Err(p) = self.ring.push(p) {
-                ctx.drop_packet(p);
+            match self.ring.push(p) {
+                Ok(()) => queued += 1,
+                Err(p) => ctx.drop_packet(p),
+            }
+        }
+        if queued > 0 {
+            if let Some(b) = &self.bell {
+                b.ring();
             }
         }
     }
     fn is_task(&self) -> bool {
         true
+    }
+    fn task_sleeps(&self) -> bool {
+        self.bell.is_some()
+    }
+    fn task_doorbell(&self) -> Option<Arc<Doorbell>> {
+        self.bell.clone()
     }
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
         let want = self.burst.next();
@@ -71,6 +100,7 @@ impl Module for Queue {
             ring: self.ring.clone(),
             burst: AdaptiveBurst::new(self.burst.cap()),
             task_only: true,
+            bell: self.bell.clone(),
         }))
     }
     fn extra_stats(&self) -> Vec<(&'static str, u64)> {

@@ -3,8 +3,10 @@
 //! an [`IoBar`]. Used by transitional devices (1af4:1000, QEMU's
 //! `disable-modern=on`).
 //!
-//! Without MSI-X enabled (we enable no interrupts) the device
-//! configuration follows the common header at offset 20.
+//! Without MSI-X enabled (uio) the device configuration follows the
+//! common header at offset 20; with MSI-X enabled (VFIO) the header
+//! gains two vector registers (`config_msix_vector` at 20,
+//! `queue_msix_vector` at 22) and the configuration moves to 24.
 
 use super::PciTransport;
 use crate::net::Notify;
@@ -29,22 +31,37 @@ mod reg {
     pub const DEVICE_STATUS: u64 = 18;
     /// Device-specific configuration when MSI-X is disabled.
     pub const DEVICE_CONFIG: u64 = 20;
+    /// le16, with MSI-X enabled: vector for configuration changes.
+    pub const CONFIG_MSIX_VECTOR: u64 = 20;
+    /// le16, with MSI-X enabled: vector of the selected queue.
+    pub const QUEUE_MSIX_VECTOR: u64 = 22;
+    /// Device-specific configuration when MSI-X is enabled.
+    pub const DEVICE_CONFIG_MSIX: u64 = 24;
     /// Legacy queue addresses are in 4096-byte frames.
     pub const QUEUE_ADDRESS_SHIFT: u32 = 12;
 }
 
 /// A legacy VirtIO PCI device's register block. The ISR register
-/// (offset 19) is left alone: reading it acknowledges interrupts, and
-/// we use none.
+/// (offset 19) is left alone: reading it acknowledges INTx interrupts,
+/// and we use MSI-X or none.
 #[derive(Debug)]
 pub struct LegacyTransport<R: IoBar> {
     bar0: R,
+    /// MSI-X is enabled on the function: the header is 4 bytes longer.
+    msix: bool,
 }
 
 impl<R: IoBar> LegacyTransport<R> {
-    /// `bar0` is the device's I/O-port BAR 0 (e.g. `LinuxPci::io_bar(0)`).
+    /// `bar0` is the device's I/O-port BAR 0 (e.g. `LinuxPci::io_bar(0)`),
+    /// on a function without MSI-X enabled.
     pub fn new(bar0: R) -> Self {
-        LegacyTransport { bar0 }
+        LegacyTransport { bar0, msix: false }
+    }
+    /// The same on a function whose MSI-X is enabled (VFIO, after
+    /// `PciFunction::enable_msix`): the vector registers exist and the
+    /// device configuration starts at 24.
+    pub fn with_msix(bar0: R) -> Self {
+        LegacyTransport { bar0, msix: true }
     }
 }
 
@@ -87,12 +104,33 @@ impl<R: IoBar> PciTransport for LegacyTransport<R> {
         self.bar0.write32(reg::QUEUE_ADDRESS, pfn as u32)
     }
     fn read_config(&self, offset: usize, buf: &mut [u8]) -> Result<(), HwError> {
+        let base = if self.msix {
+            reg::DEVICE_CONFIG_MSIX
+        } else {
+            reg::DEVICE_CONFIG
+        };
         for (i, b) in buf.iter_mut().enumerate() {
-            *b = self.bar0.read8(reg::DEVICE_CONFIG + (offset + i) as u64)?;
+            *b = self.bar0.read8(base + (offset + i) as u64)?;
         }
         Ok(())
     }
     fn has_features_ok(&self) -> bool {
         false
+    }
+    /// §4.1.4.8: select the queue, write its vector, read it back.
+    fn set_queue_vector(&mut self, q: u16, vector: u16) -> Result<u16, HwError> {
+        if !self.msix {
+            return Err(HwError::Unsupported("legacy device without MSI-X".into()));
+        }
+        self.bar0.write16(reg::QUEUE_SELECT, q)?;
+        self.bar0.write16(reg::QUEUE_MSIX_VECTOR, vector)?;
+        self.bar0.read16(reg::QUEUE_MSIX_VECTOR)
+    }
+    fn set_config_vector(&mut self, vector: u16) -> Result<u16, HwError> {
+        if !self.msix {
+            return Err(HwError::Unsupported("legacy device without MSI-X".into()));
+        }
+        self.bar0.write16(reg::CONFIG_MSIX_VECTOR, vector)?;
+        self.bar0.read16(reg::CONFIG_MSIX_VECTOR)
     }
 }

@@ -2,6 +2,13 @@
 //! §3.1.1, written once against [`PciTransport`], which the legacy
 //! (I/O-port BAR0, §4.1.4.8) and modern (capabilities, §4.1.4)
 //! register layouts implement.
+//!
+//! Interrupts: with MSI-X enabled on the function (VFIO,
+//! `PciFunction::enable_msix`), receive queue *k* signals vector *k*
+//! (`queue_msix_vector`, §4.1.5.1.2 modern, §4.1.4.8 legacy) and an idle
+//! loop sleeps on its eventfd ([`nfkit_port::Port::rx_wake`]); transmit
+//! and control queues and configuration changes get no vector. Without
+//! MSI-X (uio) the queues are polled.
 
 pub mod legacy;
 pub mod modern;
@@ -11,7 +18,7 @@ use crate::error::VirtioError;
 use crate::net::{NetDevice, NetParts, Notify, RxQueue, TxQueue};
 use crate::spec::{feature, net as spec, status};
 use crate::virtqueue::{LayoutKind, Virtqueue};
-use nfkit_hw::{poll_until, Clock, DmaAllocator, HwError, Mempool, PciFunction};
+use nfkit_hw::{poll_until, Clock, DmaAllocator, EventFd, HwError, Mempool, PciFunction};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +42,21 @@ pub trait PciTransport: Notify + Sync {
     fn read_config(&self, offset: usize, buf: &mut [u8]) -> Result<(), HwError>;
     /// Whether FEATURES_OK exists (modern) or not (legacy, §3.1.2).
     fn has_features_ok(&self) -> bool;
+    /// Give queue `q` MSI-X vector `vector` ([`NO_VECTOR`]: none); returns
+    /// what the device reads back (NO_VECTOR if it refused).
+    fn set_queue_vector(&mut self, q: u16, vector: u16) -> Result<u16, HwError> {
+        let _ = (q, vector);
+        Err(HwError::Unsupported("no MSI-X vector registers".into()))
+    }
+    /// The vector for configuration changes, read back likewise.
+    fn set_config_vector(&mut self, vector: u16) -> Result<u16, HwError> {
+        let _ = vector;
+        Err(HwError::Unsupported("no MSI-X vector registers".into()))
+    }
 }
+
+/// The MSI-X vector value that means "no vector" (§4.1.4.3, §4.1.4.8).
+pub const NO_VECTOR: u16 = 0xffff;
 
 /// What to ask of the device.
 #[derive(Debug, Clone)]
@@ -71,6 +92,12 @@ pub struct PciNet<T: PciTransport> {
     dev: NetDevice<T>,
     ctrl: Option<ControlQueue>,
     clock: Arc<dyn Clock>,
+    /// Per receive queue, the eventfd its MSI-X vector signals (`None`:
+    /// polled).
+    wake: Vec<Option<Arc<EventFd>>>,
+    /// What must outlive the device's use (the VFIO device of a legacy
+    /// function, whose registers go through another descriptor).
+    _keep: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl<T: PciTransport> std::fmt::Debug for PciNet<T> {
@@ -113,6 +140,7 @@ fn wanted_features(
         | feature::NET_F_CTRL_VQ
         | feature::NET_F_CTRL_RX
         | feature::F_EVENT_IDX
+        | feature::NET_F_CTRL_GUEST_OFFLOADS
         | crate::vnet::DRIVER_OFFLOADS;
     if cfg.queue_pairs > 1 {
         want |= feature::NET_F_MQ;
@@ -140,10 +168,24 @@ impl<T: PciTransport> PciNet<T> {
     /// Initialise the device as VirtIO 1.2 §3.1.1 orders, set up
     /// `cfg.queue_pairs` queue pairs, and start receiving.
     pub fn init(
+        t: T,
+        dma: &dyn DmaAllocator,
+        clock: Arc<dyn Clock>,
+        cfg: &NetConfig,
+    ) -> Result<Self, VirtioError> {
+        Self::init_with_vectors(t, dma, clock, cfg, Vec::new())
+    }
+
+    /// [`PciNet::init`] on a function whose MSI-X is enabled: vector `k`
+    /// (signalling `vectors[k]`) goes to receive queue `k`; a queue
+    /// beyond the vectors, or whose vector the device refuses, is polled
+    /// (logged).
+    pub fn init_with_vectors(
         mut t: T,
         dma: &dyn DmaAllocator,
         clock: Arc<dyn Clock>,
         cfg: &NetConfig,
+        vectors: Vec<Arc<EventFd>>,
     ) -> Result<Self, VirtioError> {
         // 1. Reset, and wait until the device says it is reset.
         t.set_status(status::RESET)?;
@@ -171,13 +213,14 @@ impl<T: PciTransport> PciNet<T> {
             }
         }
         // 7. Device-specific setup: the queues (§5.1.5).
-        let (rx, tx, ctrl, max_pairs) = match setup_queues(&mut t, dma, features, cfg) {
-            Ok(q) => q,
-            Err(e) => {
-                t.set_status(status::FAILED)?;
-                return Err(e);
-            }
-        };
+        let (rx, tx, ctrl, max_pairs, vectored) =
+            match setup_queues(&mut t, dma, features, cfg, vectors.len()) {
+                Ok(q) => q,
+                Err(e) => {
+                    t.set_status(status::FAILED)?;
+                    return Err(e);
+                }
+            };
         // 8. DRIVER_OK: the device is live.
         t.set_status(s | status::DRIVER_OK)?;
         let after = t.status()?;
@@ -215,10 +258,35 @@ impl<T: PciTransport> PciNet<T> {
             rx,
             tx,
         })?;
-        let mut net = PciNet { dev, ctrl, clock };
+        let wake: Vec<Option<Arc<EventFd>>> = vectored
+            .iter()
+            .enumerate()
+            .map(|(k, &ok)| ok.then(|| vectors[k].clone()))
+            .collect();
+        if !vectors.is_empty() {
+            let n = wake.iter().flatten().count();
+            tracing::info!(port = %cfg.name, "MSI-X: {n} of {pairs} receive queues signal a vector; an idle loop sleeps on them");
+        }
+        let mut net = PciNet {
+            dev,
+            ctrl,
+            clock,
+            wake,
+            _keep: None,
+        };
         // §5.1.6.5.5: the device starts with one pair; ask for more.
         if pairs > 1 {
             net.control(|c, n, clk| c.set_queue_pairs(n, clk, pairs as u16))?;
+        }
+        // §5.1.6.5.6: say which guest offloads the device may use: those
+        // negotiated, which the receive path maps (`crate::vnet`).
+        if features & feature::NET_F_CTRL_GUEST_OFFLOADS != 0 {
+            // A device whose backend has no offloads may answer ERR (QEMU
+            // over a socket netdev does): it then uses none, as negotiated.
+            let bits = features & crate::vnet::GUEST_OFFLOADS;
+            if let Err(e) = net.control(|c, n, clk| c.set_guest_offloads(n, clk, bits)) {
+                tracing::info!(port = %cfg.name, "guest offloads {bits:#x} not set: {e}");
+            }
         }
         if cfg.promiscuous && features & feature::NET_F_CTRL_RX != 0 {
             net.control(|c, n, clk| c.set_promiscuous(n, clk, true))?;
@@ -243,6 +311,13 @@ impl<T: PciTransport> PciNet<T> {
         self.control(|c, n, clk| c.set_promiscuous(n, clk, on))
     }
 
+    /// Keep `owner` alive as long as the device (a VFIO device whose
+    /// interrupts or registers the transport uses).
+    pub fn keep_alive(mut self, owner: Box<dyn std::any::Any + Send>) -> Self {
+        self._keep = Some(owner);
+        self
+    }
+
     /// The network device (also reachable through `Port`).
     pub fn device(&self) -> &NetDevice<T> {
         &self.dev
@@ -262,13 +337,22 @@ impl<T: PciTransport> Drop for PciNet<T> {
     }
 }
 
-type Queues = (Vec<RxQueue>, Vec<TxQueue>, Option<ControlQueue>, u16);
+/// Receive, transmit and control queues, the pairs the device offers,
+/// and per receive queue whether it has an MSI-X vector.
+type Queues = (
+    Vec<RxQueue>,
+    Vec<TxQueue>,
+    Option<ControlQueue>,
+    u16,
+    Vec<bool>,
+);
 
 fn setup_queues<T: PciTransport>(
     t: &mut T,
     dma: &dyn DmaAllocator,
     features: u64,
     cfg: &NetConfig,
+    vectors: usize,
 ) -> Result<Queues, VirtioError> {
     let max_pairs = if features & feature::NET_F_MQ != 0 {
         let mut b = [0u8; 2];
@@ -290,9 +374,25 @@ fn setup_queues<T: PciTransport>(
     };
     let mut rx = Vec::new();
     let mut tx = Vec::new();
+    let mut vectored = Vec::new();
+    if vectors > 0 {
+        // No interrupt on configuration changes: the link is read when asked.
+        t.set_config_vector(NO_VECTOR)?;
+    }
     for p in 0..pairs {
         rx.push(RxQueue::new(make(2 * p, t)?, 2 * p));
         tx.push(TxQueue::new(make(2 * p + 1, t)?, 2 * p + 1));
+        let mut ok = false;
+        if (p as usize) < vectors {
+            let got = t.set_queue_vector(2 * p, p)?;
+            ok = got == p;
+            if !ok {
+                tracing::warn!(port = %cfg.name, queue = 2 * p, "the device refused MSI-X vector {p} (read back {got:#x}): this queue is polled");
+            }
+            // Sent buffers are reclaimed on the next transmit: no vector.
+            t.set_queue_vector(2 * p + 1, NO_VECTOR)?;
+        }
+        vectored.push(ok);
     }
     let ctrl = if features & feature::NET_F_CTRL_VQ != 0 {
         let q = 2 * max_pairs;
@@ -306,7 +406,7 @@ fn setup_queues<T: PciTransport>(
     } else {
         None
     };
-    Ok((rx, tx, ctrl, max_pairs))
+    Ok((rx, tx, ctrl, max_pairs, vectored))
 }
 
 fn read_mac(t: &impl PciTransport, features: u64) -> Result<[u8; 6], VirtioError> {
@@ -377,5 +477,26 @@ impl<T: PciTransport> nfkit_port::Port for PciNet<T> {
     }
     fn pool(&self) -> &Mempool {
         self.dev.pool()
+    }
+    /// The eventfd of the queue's MSI-X vector, if it has one.
+    fn rx_wake(&self, queue: usize) -> nfkit_port::RxWake {
+        use std::os::fd::AsRawFd;
+        match self.wake.get(queue) {
+            Some(Some(fd)) => nfkit_port::RxWake::Fd(fd.as_raw_fd()),
+            _ => nfkit_port::RxWake::Poll,
+        }
+    }
+    /// Ask for an interrupt at the next used buffer (event index).
+    fn rx_arm(&mut self, queue: usize) -> bool {
+        self.dev.rx_arm(queue)
+    }
+    /// Suppress interrupts again and reset the vector's eventfd.
+    fn rx_disarm(&mut self, queue: usize) {
+        self.dev.rx_disarm(queue);
+        if let Some(Some(fd)) = self.wake.get(queue) {
+            if let Err(e) = fd.drain() {
+                tracing::debug!(port = %self.dev.name(), queue, "draining the interrupt eventfd: {e}");
+            }
+        }
     }
 }

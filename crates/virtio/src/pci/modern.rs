@@ -1,8 +1,10 @@
 //! The modern VirtIO PCI interface (VirtIO 1.2 §4.1.4): vendor-specific
 //! capabilities in configuration space point at register structures in
 //! the device's BARs: common configuration (§4.1.4.3), notifications
-//! (§4.1.4.4), ISR (§4.1.4.5, left alone: we use no interrupts) and the
-//! device configuration (§4.1.4.6).
+//! (§4.1.4.4), ISR (§4.1.4.5, left alone: interrupts are MSI-X only,
+//! which needs no ISR read) and the device configuration (§4.1.4.6).
+//! MSI-X vectors are chosen in the common configuration
+//! (`msix_config`, `queue_msix_vector`, §4.1.5.1.2).
 //!
 //! §4.1.3.1 requires each field to be accessed at its natural width (8,
 //! 16 or 32 bits), so the registers are reached through a
@@ -49,9 +51,11 @@ mod common {
     pub const DEVICE_FEATURE: u64 = 0x04;
     pub const DRIVER_FEATURE_SELECT: u64 = 0x08;
     pub const DRIVER_FEATURE: u64 = 0x0c;
+    pub const MSIX_CONFIG: u64 = 0x10;
     pub const DEVICE_STATUS: u64 = 0x14;
     pub const QUEUE_SELECT: u64 = 0x16;
     pub const QUEUE_SIZE: u64 = 0x18;
+    pub const QUEUE_MSIX_VECTOR: u64 = 0x1a;
     pub const QUEUE_ENABLE: u64 = 0x1c;
     pub const QUEUE_NOTIFY_OFF: u64 = 0x1e;
     pub const QUEUE_DESC: u64 = 0x20;
@@ -492,5 +496,17 @@ impl<S: RegisterSpace> PciTransport for ModernTransport<S> {
     }
     fn has_features_ok(&self) -> bool {
         true
+    }
+    /// §4.1.5.1.2: write `queue_msix_vector` of the selected queue and
+    /// read it back (the device answers NO_VECTOR when it could not
+    /// take it).
+    fn set_queue_vector(&mut self, q: u16, vector: u16) -> Result<u16, HwError> {
+        self.w16(common::QUEUE_SELECT, q)?;
+        self.w16(common::QUEUE_MSIX_VECTOR, vector)?;
+        self.c16(common::QUEUE_MSIX_VECTOR)
+    }
+    fn set_config_vector(&mut self, vector: u16) -> Result<u16, HwError> {
+        self.w16(common::MSIX_CONFIG, vector)?;
+        self.c16(common::MSIX_CONFIG)
     }
 }

@@ -910,8 +910,10 @@ impl Port for VhostUserBackend {
             return 0;
         };
         let room = self.pool.data_room();
+        // With offloads the header is read too, in front of the packet
+        // (in the buffer's headroom; one copy for both).
         let reads_hdr = offloads.recv_csum || offloads.recv_gso;
-        let mut hdr = [0u8; 12];
+        let keep = if reads_hdr { hdr_len } else { 0 };
         let mut got = 0;
         q.prefetch(batch.room());
         while !batch.is_full() && q.pending() > 0 {
@@ -919,15 +921,34 @@ impl Port for VhostUserBackend {
             let Some(mut buf) = cache.alloc() else {
                 break;
             };
-            // Cannot fail: the data room is the buffer's length limit.
+            // Cannot fail: the data room is the buffer's length limit,
+            // and the headroom is larger than any header.
             let _ = buf.set_len(room);
-            let h = reads_hdr.then_some(&mut hdr);
-            match q.pop_tx(hdr_len, h, buf.data_mut(), spill, vnet::MAX_FRAME) {
+            if keep > 0 {
+                let _ = buf.prepend(keep);
+            }
+            let max = vnet::MAX_FRAME + keep;
+            match q.pop_tx(hdr_len, keep > 0, buf.data_mut(), spill, max) {
+                Moved::Packet(n) if n < keep => {
+                    cache.free(buf);
+                    drops.count(DropReason::ShortHeader, &self.name);
+                    stats.rx_errors += 1;
+                }
                 Moved::Packet(n) => {
-                    let pkt = if n <= room {
+                    let pkt = if n <= room + keep {
                         let _ = buf.set_len(n);
-                        if reads_hdr {
-                            if let Err(r) = vnet::take_header(&hdr, &mut buf, &offloads, spill) {
+                        if keep > 0 {
+                            let mut hdr = [0u8; 12];
+                            let h = keep.min(12);
+                            hdr[..h].copy_from_slice(&buf.data()[..h]);
+                            let _ = buf.adj(keep);
+                            let asks = hdr[0] | hdr[1] != 0;
+                            let taken = if asks {
+                                vnet::take_header(&hdr, &mut buf, &offloads, spill)
+                            } else {
+                                Ok(())
+                            };
+                            if let Err(r) = taken {
                                 cache.free(buf);
                                 drops.count(r, &self.name);
                                 stats.rx_errors += 1;
@@ -938,7 +959,15 @@ impl Port for VhostUserBackend {
                     } else {
                         // A frame longer than one buffer, whole in `spill`.
                         cache.free(buf);
-                        match chain_from(&self.pool, reads_hdr.then_some(&hdr), spill, &offloads) {
+                        let (hdr, frame) = spill.split_at_mut(keep);
+                        let mut h = [0u8; 12];
+                        h[..keep.min(12)].copy_from_slice(&hdr[..keep.min(12)]);
+                        match chain_from(
+                            &self.pool,
+                            (keep > 0).then_some(&h),
+                            &mut frame[..n - keep],
+                            &offloads,
+                        ) {
                             Ok(c) => c,
                             Err(r) => {
                                 drops.count(r, &self.name);
@@ -948,7 +977,7 @@ impl Port for VhostUserBackend {
                         }
                     };
                     stats.rx_packets += 1;
-                    stats.rx_bytes += n as u64;
+                    stats.rx_bytes += (n - keep) as u64;
                     batch.push(pkt);
                     got += 1;
                 }

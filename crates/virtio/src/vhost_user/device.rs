@@ -241,17 +241,19 @@ impl DeviceQueue {
     }
 
     /// §5.1.6.2 seen from the device: copy the next packet the driver
-    /// transmitted, without its `hdr_len`-byte header, and give the chain
-    /// back. The header goes into `hdr` when asked for (else it is
-    /// skipped); the packet into `out`, or, when longer than `out`, all
-    /// of it into `spill` (`Moved::Packet(n)` with `n > out.len()`). A
-    /// frame longer than `max`, a loop, a buffer outside the memory or of
-    /// the wrong direction is `Moved::Bad`, never read past.
+    /// transmitted and give the chain back. Its `hdr_len`-byte header is
+    /// skipped, or with `keep_hdr` copied in front of the packet (one
+    /// copy: header and packet usually share a buffer) and counted in
+    /// the length. The bytes go into `out`, or, when longer than `out`,
+    /// all of them into `spill` (`Moved::Packet(n)` with
+    /// `n > out.len()`). More than `max` bytes, a loop, a buffer outside
+    /// the memory or of the wrong direction is `Moved::Bad`, never read
+    /// past.
     #[inline]
     pub fn pop_tx(
         &mut self,
         hdr_len: usize,
-        hdr: Option<&mut [u8; 12]>,
+        keep_hdr: bool,
         out: &mut [u8],
         spill: &mut Vec<u8>,
         max: usize,
@@ -262,7 +264,8 @@ impl DeviceQueue {
         if head >= self.ring.size() {
             return Moved::Bad(DropReason::BadIndex); // no such chain to give back
         }
-        let got = self.read_chain(head, hdr_len, hdr, out, spill, max);
+        let skip = if keep_hdr { 0 } else { hdr_len };
+        let got = self.read_chain(head, skip, hdr_len, out, spill, max);
         self.give_back(head, 0);
         match got {
             Ok(n) => Moved::Packet(n),
@@ -270,18 +273,19 @@ impl DeviceQueue {
         }
     }
 
-    /// Read chain `head` as one byte stream (header, then packet); the
-    /// packet's length.
+    /// Read chain `head` as one byte stream (header, then packet), the
+    /// first `skip` bytes skipped; the bytes read. The stream must be at
+    /// least `hdr_len` long.
     fn read_chain(
         &mut self,
         head: u16,
+        mut skip: usize,
         hdr_len: usize,
-        mut hdr: Option<&mut [u8; 12]>,
         out: &mut [u8],
         spill: &mut Vec<u8>,
         max: usize,
     ) -> Result<usize, DropReason> {
-        let mut skip = hdr_len.min(12);
+        let skip_total = skip;
         let mut n = 0usize;
         let mut spilled = false;
         let mut id = head;
@@ -296,13 +300,6 @@ impl DeviceQueue {
             let mut addr = d.addr;
             if skip > 0 {
                 let s = skip.min(len);
-                if let Some(h) = hdr.as_deref_mut() {
-                    let at = hdr_len.min(12) - skip;
-                    self.ring
-                        .memory()
-                        .read(&mut self.hint, addr, &mut h[at..at + s])
-                        .map_err(|_| DropReason::Outside)?;
-                }
                 skip -= s;
                 len -= s;
                 addr = addr.checked_add(s as u64).ok_or(DropReason::Outside)?;
@@ -328,7 +325,7 @@ impl DeviceQueue {
                 n += len;
             }
             if d.flags & desc::F_NEXT == 0 {
-                return if skip == 0 {
+                return if skip == 0 && n >= hdr_len - hdr_len.min(skip_total) {
                     Ok(n)
                 } else {
                     Err(DropReason::ShortHeader)
@@ -346,7 +343,32 @@ impl DeviceQueue {
     /// larger than one chain continues in the next ones.
     #[inline]
     pub fn push_rx(&mut self, hdr_len: usize, pkt: &[u8], mergeable: bool) -> Moved {
-        self.push_frame(hdr_len, &[rx_header(hdr_len), pkt], mergeable)
+        let Some(head) = self.take_head() else {
+            return Moved::Empty;
+        };
+        if head >= self.ring.size() {
+            return Moved::Bad(DropReason::BadIndex);
+        }
+        let hdr = rx_header(hdr_len);
+        let total = hdr.len() + pkt.len();
+        // The usual case: one buffer with room for everything.
+        if let Some(d) = self.ring.descriptor(head) {
+            if d.flags & (desc::F_WRITE | desc::F_INDIRECT) == desc::F_WRITE
+                && d.len as usize >= total
+            {
+                let mem = self.ring.memory();
+                let ok = mem.write(&mut self.hint, d.addr, hdr).is_ok()
+                    // Inside the buffer: d.len >= total.
+                    && mem.write(&mut self.hint, d.addr + hdr.len() as u64, pkt).is_ok();
+                if !ok {
+                    self.give_back(head, 0);
+                    return Moved::Bad(DropReason::Outside);
+                }
+                self.give_back(head, total as u32);
+                return Moved::Packet(pkt.len());
+            }
+        }
+        self.push_slow(head, hdr_len, &[hdr, pkt], mergeable)
     }
 
     /// Write a frame given as slices (its `hdr_len`-byte header first,

@@ -32,6 +32,10 @@ pub struct FrontendConfig {
     /// Packet buffers in the pool (shared with the backend).
     pub pool_size: usize,
     pub mac: [u8; 6],
+    /// Ask for GUEST_TSO4/6 and GUEST_ECN: the backend may hand us TSO
+    /// super-frames (held as chains, their segmentation in the offload
+    /// metadata).
+    pub guest_tso: bool,
 }
 
 impl Default for FrontendConfig {
@@ -42,6 +46,7 @@ impl Default for FrontendConfig {
             queue_size: 256,
             pool_size: 2048,
             mac: [0x02, 0, 0, 0, 0, 0x20],
+            guest_tso: false,
         }
     }
 }
@@ -106,6 +111,10 @@ pub fn connect(path: &Path, cfg: &FrontendConfig) -> Result<VirtioUser, VirtioEr
         | feature::F_EVENT_IDX
         | feature::F_IN_ORDER
         | crate::vnet::DRIVER_OFFLOADS;
+    if cfg.guest_tso {
+        // The device's TSO super-frames, into merged receive buffers.
+        want |= feature::NET_F_GUEST_TSO4 | feature::NET_F_GUEST_TSO6 | feature::NET_F_GUEST_ECN;
+    }
     if pairs > 1 {
         want |= feature::NET_F_MQ;
     }
