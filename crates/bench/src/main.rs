@@ -196,6 +196,12 @@ enum Cmd {
         #[arg(long)]
         packets: u64,
     },
+    /// (internal) the lock-step 82599 TSO sends measured under callgrind.
+    #[command(hide = true)]
+    BenchTsoLockstep {
+        #[arg(long)]
+        sends: u64,
+    },
     /// (internal) the RateLimit shaper alone, every flow backlogged, for
     /// callgrind: `valgrind --tool=callgrind --toggle-collect='*shaper_round*'
     /// nfkit-bench shaper-lockstep --flows N --packets P`.
@@ -328,6 +334,10 @@ fn main() -> Result<()> {
         }
         Cmd::BenchNfLockstep { model, nf, packets } => {
             let n = nfkit_bench::nfs::lockstep(model, &nf, packets)?;
+            println!("forwarded {n}");
+        }
+        Cmd::BenchTsoLockstep { sends } => {
+            let n = nfkit_bench::drivers::tso_lockstep(sends)?;
             println!("forwarded {n}");
         }
         Cmd::BenchLockstep { model, nf, packets } => {
