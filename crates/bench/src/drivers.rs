@@ -359,5 +359,93 @@ pub fn drivers(seconds: f64, packets: u64) -> Result<()> {
     println!(
         "targets (TinyNF Table 4): agent no-op <= 35 instructions/packet, queue (batched DPDK) <= 99"
     );
+    if have_valgrind {
+        let per_send = tso_instructions_per_send(2_000)?;
+        println!(
+            "queue model, 82599 TSO: {} driver instructions per 64 KB send (lock step, MSS 1448: \
+             a context and {} data descriptors; the model's segmentation not counted)",
+            per_send.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+            (TSO_PAYLOAD + 54).div_ceil(nfkit_ixgbe::port::BUF_SIZE - nfkit_hw::pool::HEADROOM)
+        );
+    }
     Ok(())
+}
+
+/// Payload of the TSO case's send: a 64 KB frame with its 54 bytes of
+/// Ethernet, IPv4 and TCP headers.
+const TSO_PAYLOAD: usize = nfkit_ixgbe::TSO_MAX_SEND - 54;
+
+/// One TSO round: hand the queue one 64 KB send (a chain with GSO
+/// metadata: a context descriptor and one data descriptor per segment,
+/// reclaiming what was sent before).
+#[inline(never)]
+pub fn driver_round_tso(tx: &mut nfkit_ixgbe::TxQueue<SimBar>, batch: &mut Batch) -> usize {
+    tx.tx_batch(batch)
+}
+
+/// The TSO case in lock step: `sends` 64 KB TSO sends through one 82599
+/// transmit queue (the model segments each into 1,448-byte segments,
+/// outside the counted rounds); returns the sends queued.
+pub fn tso_lockstep(sends: u64) -> Result<u64> {
+    use nfkit_hw::pool::offload::{self as f, Gso, Offload, L3, L4};
+    let nics = SimNics::lockstep(2)?;
+    let (nic0, d0) = (&nics.nics[0], &nics.devs[0]);
+    nic0.wire().attach_sink();
+    let pool = nfkit_hw::Mempool::new(&*nics.dma, "tso", 4096, nfkit_ixgbe::port::BUF_SIZE)?;
+    let mut tx = d0.tx_queue(0, &pool, nfkit_ixgbe::port::RING_SIZE)?;
+    // Ethernet, IPv4 (total length, protocol 6, addresses), TCP (data
+    // offset 5, ACK), then the payload.
+    let mut frame = vec![0u8; 54 + TSO_PAYLOAD];
+    frame[..6].copy_from_slice(&sim_mac(1));
+    frame[6..12].copy_from_slice(&sim_mac(0));
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    frame[14] = 0x45;
+    let ip_len = (frame.len() - 14) as u16;
+    frame[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    frame[22] = 64;
+    frame[23] = 6;
+    frame[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+    frame[46] = 5 << 4;
+    frame[47] = 0x10;
+    let meta = Offload {
+        flags: f::IP_CSUM | f::L4_CSUM,
+        l3: L3::Ipv4,
+        l4: L4::Tcp,
+        l2_len: 14,
+        l3_len: 20,
+        l4_len: 20,
+        gso: Gso::Tcp,
+        gso_size: 1448,
+        ..Offload::default()
+    };
+    let mut batch = Batch::new();
+    let mut sent = 0;
+    let mut idle = 0;
+    while sent < sends && idle < 1000 {
+        if batch.is_empty() {
+            let mut p = pool
+                .alloc_frame(&frame)
+                .map_err(|e| anyhow::anyhow!("a 64 KB frame: {e}"))?;
+            p.set_offload(meta);
+            let _ = batch.push(p);
+        }
+        let n = driver_round_tso(&mut tx, &mut batch);
+        nic0.step();
+        sent += n as u64;
+        idle = if n == 0 { idle + 1 } else { 0 };
+    }
+    if tx.counters().errors > 0 {
+        bail!("the queue refused {} TSO sends", tx.counters().errors);
+    }
+    Ok(sent)
+}
+
+/// Driver instructions per 64 KB TSO send (callgrind, lock step, the
+/// model's segmentation excluded).
+pub fn tso_instructions_per_send(sends: u64) -> Result<Option<f64>> {
+    let sends = sends.to_string();
+    crate::callgrind::per_packet(
+        "driver_round_tso",
+        &["bench-tso-lockstep", "--sends", &sends],
+    )
 }

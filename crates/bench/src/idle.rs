@@ -14,7 +14,12 @@
 //! the veth peers over AF_PACKET; vhost-user (the DUT holds two backends,
 //! the tester two virtio-user frontends, in this process); virtio-user
 //! (the DUT holds two virtio-user frontends, the tester two vhost-user
-//! backends); and a pipeline worker over AF_PACKET.
+//! backends); a pipeline worker over AF_PACKET; and TAP (the DUT holds
+//! two TAP interfaces, the tester AF_PACKET sockets on them).
+//!
+//! Then the DUT's CPU share while the tester sends at 1 kpps and at
+//! 100 kpps (paced from the bench thread; what the tester cannot reach
+//! on a loaded machine shows in the achieved rate).
 
 use anyhow::{anyhow, bail, Context, Result};
 use nfkit_port::fwd::{fwd, FwdOptions};
@@ -31,6 +36,10 @@ pub struct Row {
     pub mode: &'static str,
     /// Share of one core, percent, while idle.
     pub cpu_pct: f64,
+    /// Share of one core at 1 kpps and 100 kpps (achieved rates beside).
+    pub cpu_1k_pct: f64,
+    pub cpu_100k_pct: f64,
+    pub rate_100k_achieved: f64,
     pub wake_p50_us: f64,
     pub wake_p99_us: f64,
     /// Frames that came back out of the ones sent.
@@ -38,9 +47,10 @@ pub struct Row {
     pub sent: usize,
 }
 
-const KINDS: [&str; 5] = [
+const KINDS: [&str; 6] = [
     "af-packet",
     "af-xdp",
+    "tap",
     "vhost-user",
     "virtio-user",
     "pipeline",
@@ -193,6 +203,29 @@ fn setup(kind: &str, idle: IdleOptions) -> Result<Setup> {
                 _keep: vec![Box::new(v1), Box::new(v2)],
             })
         }
+        "tap" => {
+            let pid = std::process::id() % 100_000;
+            let names = [format!("nfki{pid}a"), format!("nfki{pid}b")];
+            let a = open(&format!("tap:{}", names[0]))?;
+            let b = open(&format!("tap:{}", names[1]))?;
+            for n in &names {
+                let ok = std::process::Command::new("ip")
+                    .args(["link", "set", n, "up"])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    bail!("ip link set {n} up failed");
+                }
+            }
+            let tx = open(&format!("afpacket:{}", names[0]))?;
+            let rx = open(&format!("afpacket:{}", names[1]))?;
+            Ok(Setup {
+                dut: Dut::fwd(a, b, idle),
+                tx,
+                rx,
+                _keep: Vec::new(),
+            })
+        }
         "vhost-user" | "virtio-user" => {
             let paths = [socket(kind, 0), socket(kind, 1)];
             for p in &paths {
@@ -276,6 +309,45 @@ fn one_probe(s: &mut Setup, seq: u64) -> Result<Option<Duration>> {
     Ok(None)
 }
 
+/// The DUT's share of a core while the tester sends `pps` frames per
+/// second for `seconds` (and drains what comes out), and the rate it
+/// reached.
+fn cpu_at_rate(s: &mut Setup, pps: f64, seconds: f64) -> Result<(f64, f64)> {
+    let (c0, t0) = (s.dut.cpu()?, Instant::now());
+    let mut sent = 0u64;
+    let mut batch = Batch::new();
+    let mut drain = Batch::new();
+    while t0.elapsed().as_secs_f64() < seconds {
+        let due = (t0.elapsed().as_secs_f64() * pps) as u64;
+        let n = due.saturating_sub(sent).min(32);
+        for i in 0..n {
+            let _ = batch.push(probe(&*s.tx, 1 << 40 | (sent + i))?);
+        }
+        if !batch.is_empty() {
+            sent += s.tx.tx_batch(0, &mut batch) as u64;
+            batch.clear(); // what the tester could not send now: skipped
+        }
+        for q in 0..s.rx.rx_queues() {
+            while s.rx.rx_batch(q, &mut drain) > 0 {
+                drain.clear();
+            }
+        }
+        if n == 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = 100.0 * (s.dut.cpu()? - c0).as_secs_f64() / wall;
+    // Quiet again before the next measurement.
+    std::thread::sleep(Duration::from_millis(200));
+    for q in 0..s.rx.rx_queues() {
+        while s.rx.rx_batch(q, &mut drain) > 0 {
+            drain.clear();
+        }
+    }
+    Ok((cpu, sent as f64 / wall))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -305,8 +377,15 @@ pub fn idle(kinds: &[String], seconds: f64, samples: usize) -> Result<Vec<Row>> 
     };
     let mut rows = Vec::new();
     println!(
-        "{:<12} {:<7} {:>9} {:>13} {:>13} {:>9}",
-        "KIND", "MODE", "IDLE CPU", "WAKE p50 µs", "WAKE p99 µs", "DELIVERED"
+        "{:<12} {:<7} {:>9} {:>9} {:>18} {:>13} {:>13} {:>9}",
+        "KIND",
+        "MODE",
+        "IDLE CPU",
+        "1 kpps",
+        "100 kpps (reached)",
+        "WAKE p50 µs",
+        "WAKE p99 µs",
+        "DELIVERED"
     );
     for kind in kinds {
         for (mode, opts) in [
@@ -321,10 +400,13 @@ pub fn idle(kinds: &[String], seconds: f64, samples: usize) -> Result<Vec<Row>> 
                 }
             };
             println!(
-                "{:<12} {:<7} {:>8.2}% {:>13.1} {:>13.1} {:>5}/{}",
+                "{:<12} {:<7} {:>8.2}% {:>8.2}% {:>8.2}% ({:>5.1}k) {:>13.1} {:>13.1} {:>5}/{}",
                 row.kind,
                 row.mode,
                 row.cpu_pct,
+                row.cpu_1k_pct,
+                row.cpu_100k_pct,
+                row.rate_100k_achieved / 1e3,
                 row.wake_p50_us,
                 row.wake_p99_us,
                 row.delivered,
@@ -355,6 +437,8 @@ fn measure(
     let (c0, t0) = (s.dut.cpu()?, Instant::now());
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let cpu_pct = 100.0 * (s.dut.cpu()? - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let (cpu_1k_pct, _) = cpu_at_rate(&mut s, 1_000.0, seconds)?;
+    let (cpu_100k_pct, rate_100k_achieved) = cpu_at_rate(&mut s, 100_000.0, seconds)?;
     let mut lat = Vec::new();
     for seq in 0..samples as u64 {
         std::thread::sleep(Duration::from_millis(50));
@@ -367,6 +451,9 @@ fn measure(
         kind,
         mode,
         cpu_pct,
+        cpu_1k_pct,
+        cpu_100k_pct,
+        rate_100k_achieved,
         wake_p50_us: percentile(&lat, 0.5),
         wake_p99_us: percentile(&lat, 0.99),
         delivered: lat.len(),

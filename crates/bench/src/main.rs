@@ -204,6 +204,22 @@ enum Cmd {
         #[arg(long, default_value_t = nfkit_bench::pipeline::LOCKSTEP_ROUNDS)]
         rounds: u64,
     },
+    /// (internal) the lock-step 82599 TSO sends measured under callgrind.
+    #[command(hide = true)]
+    BenchTsoLockstep {
+        #[arg(long)]
+        sends: u64,
+    },
+    /// (internal) the RateLimit shaper alone, every flow backlogged, for
+    /// callgrind: `valgrind --tool=callgrind --toggle-collect='*shaper_round*'
+    /// nfkit-bench shaper-lockstep --flows N --packets P`.
+    #[command(hide = true)]
+    ShaperLockstep {
+        #[arg(long)]
+        flows: usize,
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: u64,
+    },
     /// (internal) the lock-step NF run measured under callgrind.
     #[command(hide = true)]
     BenchNfLockstep {
@@ -320,12 +336,20 @@ fn main() -> Result<()> {
             packets,
             nfs,
         } => nfkit_bench::nfs::nfs(seconds, packets, &nfs)?,
+        Cmd::ShaperLockstep { flows, packets } => {
+            let n = nfkit_bench::traffic::shaper_lockstep(flows, packets)?;
+            println!("forwarded {n}");
+        }
         Cmd::BenchNfLockstep { model, nf, packets } => {
             let n = nfkit_bench::nfs::lockstep(model, &nf, packets)?;
             println!("forwarded {n}");
         }
         Cmd::BenchPipelineLockstep { case, rounds } => {
             let n = nfkit_bench::pipeline::lockstep(&case, rounds)?;
+            println!("forwarded {n}");
+        }
+        Cmd::BenchTsoLockstep { sends } => {
+            let n = nfkit_bench::drivers::tso_lockstep(sends)?;
             println!("forwarded {n}");
         }
         Cmd::BenchLockstep { model, nf, packets } => {

@@ -259,10 +259,37 @@ pub fn measure(flows: usize, seconds: u64, hz: f64) -> Result<TrafficResult> {
     })
 }
 
-/// The shaper alone, every flow backlogged (a heap of `flows` entries):
-/// cycles per packet of one enqueue and one dequeue, on this thread, on
-/// a virtual time that lets ~32 packets through per run.
+/// The shaper alone, every flow backlogged (a timer wheel of `flows`
+/// entries): cycles per packet of one enqueue and one dequeue, on this
+/// thread, on a virtual time that lets ~32 packets through per run.
 pub fn shaper_cycles(flows: usize, hz: f64) -> Result<f64> {
+    let mut packets = 0u64;
+    let started = std::time::Instant::now();
+    shaper_rounds(flows, |round| {
+        packets += round()?;
+        Ok(started.elapsed() < Duration::from_millis(500))
+    })?;
+    Ok(started.elapsed().as_secs_f64() * hz / packets.max(1) as f64)
+}
+
+/// `packets` (at least) through the shaper of [`shaper_cycles`], for
+/// callgrind (`nfkit-bench shaper-lockstep`): the set-up is outside
+/// `shaper_round`, whose instructions are the shaper's per-packet cost.
+pub fn shaper_lockstep(flows: usize, packets: u64) -> Result<u64> {
+    let mut done = 0u64;
+    shaper_rounds(flows, |round| {
+        done += round()?;
+        Ok(done < packets)
+    })?;
+    Ok(done)
+}
+
+/// Set up the backlogged shaper, then call `more` with a round (256
+/// runs, each packet sent put back into its flow) until it says stop.
+fn shaper_rounds(
+    flows: usize,
+    mut more: impl FnMut(&mut dyn FnMut() -> Result<u64>) -> Result<bool>,
+) -> Result<()> {
     let dma = SimDma::new();
     // The same 4,096 packets held whatever the flow count (at least 4
     // a flow), so that every case touches as many packet buffers and
@@ -289,21 +316,50 @@ pub fn shaper_cycles(flows: usize, hz: f64) -> Result<f64> {
     }
     let total_bps: u64 = (0..flows).map(rate).sum();
     let dt = (32 * BITS as u128 * 1_000_000_000 / total_bps as u128) as u64;
-    let (mut packets, started) = (0u64, std::time::Instant::now());
-    while started.elapsed() < Duration::from_millis(500) {
-        for _ in 0..256 {
-            t += dt;
-            let mut ctx = Ctx::new(&mut outs, &mut trash, &[], &counters, t, 0);
-            m.run_task(&mut ctx);
-            let mut b = std::mem::take(&mut outs[0]);
-            packets += b.len() as u64;
-            // Back into their flows: every flow stays backlogged.
-            let mut ctx = Ctx::new(&mut outs, &mut trash, &[], &counters, t, 0);
-            m.process(&mut ctx, 0, &mut b);
-            outs[0] = b;
-        }
+    // Credit for a whole run: every case sends ~32 packets a run (with
+    // the default 1 ms cap, one flow at 1 Mbit/s would send one a run
+    // and lose the rest as tokens, measuring the run, not the packet).
+    let mut a = Args::from_pairs(&[("max_burst_us", Value::Int(2 * dt / 1000 + 1000))]);
+    m.command("set_burst", &mut a).map_err(|e| anyhow!("{e}"))?;
+    let mut spare = Batch::new();
+    let mut round = || -> Result<u64> {
+        Ok(shaper_round(
+            &mut *m,
+            &mut outs,
+            (&mut trash, &mut spare),
+            &counters,
+            &mut t,
+            dt,
+        ))
+    };
+    while more(&mut round)? {}
+    Ok(())
+}
+
+/// 256 runs of the shaper's task, each packet sent put back into its
+/// flow (every flow stays backlogged); returns the packets sent.
+#[inline(never)]
+fn shaper_round(
+    m: &mut dyn Module,
+    outs: &mut [Batch; 1],
+    (trash, spare): (&mut Batch, &mut Batch),
+    counters: &ModuleCounters,
+    t: &mut u64,
+    dt: u64,
+) -> u64 {
+    let mut packets = 0;
+    for _ in 0..256 {
+        *t += dt;
+        let mut ctx = Ctx::new(outs, trash, &[], counters, *t, 0);
+        m.run_task(&mut ctx);
+        // The sent packets back into their flows (no allocation: the
+        // output batch and a spare trade places).
+        std::mem::swap(&mut outs[0], spare);
+        packets += spare.len() as u64;
+        let mut ctx = Ctx::new(outs, trash, &[], counters, *t, 0);
+        m.process(&mut ctx, 0, spare);
     }
-    Ok(started.elapsed().as_secs_f64() * hz / packets.max(1) as f64)
+    packets
 }
 
 /// A RateLimit keyed on the 2-byte flow number at offset 14, flow i at

@@ -25,8 +25,8 @@ struct Cli {
     quiet: bool,
     /// Cores for the data path, DPDK style (`2`, `0-3`, `1,3`): fwd, nf
     /// and pktgen pin it to the first (default: the core it starts on);
-    /// `run` pins workers without `core=` to them in turn (default: the
-    /// allowed cores in turn).
+    /// `run` and `daemon` pin workers without a core to them in turn
+    /// (default: the allowed cores in turn).
     #[arg(long, global = true)]
     cores: Option<String>,
 }
@@ -305,6 +305,7 @@ fn main() -> Result<()> {
             config,
             metrics,
             idle: idle_options(poll, idle_us),
+            cores,
             ..Default::default()
         })?,
         Cmd::Ctl {

@@ -174,6 +174,35 @@ fn ctl_builds_shows_changes_and_stops_a_daemon() {
     let mon = d.ok(&["monitor", "pipeline", "--interval", "0.2", "--count", "1"]);
     assert!(mon.contains("Mpps") && mon.contains("src::Source"), "{mon}");
 
+    // A `sim:` port added at run time gets the lab's generated traffic.
+    d.ok(&["add", "port", "s0", "sim:0"]);
+    d.ok(&["add", "module", "sin", "PortInc", "port=s0"]);
+    d.ok(&["add", "module", "ssink", "Sink"]);
+    d.ok(&["connect", "sin", "ssink"]);
+    wait_for_packets(&d, "sin", "ssink");
+
+    // Workers without a core (worker 0, and wid 1 added with core -1)
+    // are pinned, as `nfkit run` pins them (issue 14 item 11).
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("w.nfk");
+    std::fs::write(
+        &f,
+        "worker a\nworker b\nws::Source() -> Sink()\nws.attach(worker=b)\n",
+    )
+    .unwrap();
+    d.ok(&["run", f.to_str().unwrap()]);
+    let w = d.ok(&["show", "worker"]);
+    let cores: Vec<&str> = w
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(cores.len(), 2, "{w}");
+    assert!(
+        cores.iter().all(|c| c.parse::<usize>().is_ok()),
+        "every worker pinned: {w}"
+    );
+
     // Reset: nothing left.
     d.ok(&["daemon", "reset"]);
     assert_eq!(d.ok(&["show", "pipeline"]), "(no modules)\n");

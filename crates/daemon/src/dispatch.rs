@@ -113,6 +113,8 @@ macro_rules! rpc_table {
         }
     };
 }
+// The gRPC service is the table's second user (built only with the feature).
+#[cfg(feature = "grpc")]
 pub(crate) use rpc_table;
 
 macro_rules! gen_dispatch {

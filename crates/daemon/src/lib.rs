@@ -79,6 +79,10 @@ pub struct Options {
     pub metrics: Option<String>,
     /// Hybrid polling (idle workers sleep, the default) or pure polling.
     pub idle: nfkit_port::IdleOptions,
+    /// Cores that workers without one (AddWorker core -1, worker 0) are
+    /// pinned to in turn (`--cores`); `None`: the cores this process may
+    /// use, in turn.
+    pub cores: Option<Vec<usize>>,
 }
 
 impl Default for Options {
@@ -92,6 +96,7 @@ impl Default for Options {
             config: None,
             metrics: None,
             idle: nfkit_port::IdleOptions::default(),
+            cores: None,
         }
     }
 }
@@ -209,6 +214,20 @@ async fn serve(
             .load_config(&file.display().to_string(), &src)
             .map_err(StartError::Daemon)?;
         tracing::info!(config = %file.display(), "pipeline loaded");
+    }
+    let (cores, how) = match &opts.cores {
+        Some(c) => (c.clone(), "--cores"),
+        None => (
+            core_affinity::get_core_ids()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| c.id)
+                .collect(),
+            "the allowed cores in turn; --cores LIST to choose",
+        ),
+    };
+    for line in daemon.pin_workers(cores, how).map_err(StartError::Daemon)? {
+        eprintln!("{line}");
     }
     let kill = Arc::new(Notify::new());
     let svc = service::Service {

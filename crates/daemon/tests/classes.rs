@@ -276,4 +276,32 @@ fn bad_module_requests_get_errno_and_change_nothing() {
     )
     .is_err());
     assert_eq!(d.list_modules().modules.len(), 1);
+    // Ports that cannot open: the opener's reason, nothing created.
+    for (driver, spec) in [
+        ("NfkitPort", "pcap:/nonexistent/in.pcap"),
+        ("NfkitPort", "afpacket:nfkit-no-such-if0"),
+        ("PCAPPort", "nfkit-no-such-if0"),
+    ] {
+        let arg = match driver {
+            "NfkitPort" => pack(&pb::NfkitPortArg { spec: spec.into() }, "NfkitPortArg"),
+            _ => pack(&pb::PcapPortArg { dev: spec.into() }, "PCAPPortArg"),
+        };
+        let e = d
+            .create_port(pb::CreatePortRequest {
+                name: "bad".into(),
+                driver: driver.into(),
+                arg: Some(arg),
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert!(e.code != 0 && !e.msg.is_empty(), "{spec}: {e}");
+        assert!(
+            e.msg.contains(
+                spec.trim_start_matches("pcap:")
+                    .trim_start_matches("afpacket:")
+            ),
+            "{spec}: {e}"
+        );
+    }
+    assert!(d.list_ports().ports.is_empty());
 }

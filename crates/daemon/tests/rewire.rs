@@ -54,6 +54,25 @@ fn rate_limit(name: &str, pps: i64) -> pb::TrafficClass {
     }
 }
 
+/// Paused: every packet the modules made was consumed or counted as
+/// dropped; then resumed.
+async fn adds_up(c: &mut Client, modules: &[&str]) {
+    ok!(c.pause_all(pb::EmptyRequest {}));
+    let mut total = Counts::default();
+    for m in modules {
+        let k = counts(c, m).await;
+        total.created += k.created;
+        total.consumed += k.consumed;
+        total.dropped += k.dropped;
+    }
+    assert_eq!(
+        total.created,
+        total.consumed + total.dropped,
+        "made = consumed + dropped over {modules:?}: {total:?}"
+    );
+    ok!(c.resume_all(pb::EmptyRequest {}));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewire_a_running_pipeline_without_losing_a_packet_uncounted() {
     let d = Daemon::start(&[]);
@@ -93,6 +112,7 @@ async fn rewire_a_running_pipeline_without_losing_a_packet_uncounted() {
     ok!(c.connect_modules(connect("src", 0, "mid", 0)));
     ok!(c.connect_modules(connect("mid", 0, "sink", 0)));
     wait_until(&mut c, "mid", "in", 1000).await;
+    adds_up(&mut c, &["src", "mid", "sink"]).await;
 
     // Bad requests in between change nothing.
     let (code, msg) = fails!(c.connect_modules(connect("src", 0, "sink", 0)));
@@ -116,6 +136,7 @@ async fn rewire_a_running_pipeline_without_losing_a_packet_uncounted() {
         "{rate:.0} pps under a 20 kpps limit"
     );
     assert!(s2.count > s1.count && s2.bits > s1.bits);
+    adds_up(&mut c, &["src", "mid", "sink"]).await;
 
     // 3. A branch: mid -> rep, rep:0 -> sink, rep:1 -> sink2 (paused,
     // so the switch drops nothing) ...

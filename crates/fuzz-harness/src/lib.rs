@@ -18,6 +18,7 @@ mod daemon;
 mod devices;
 mod ixgbe;
 mod nfs;
+mod offloads;
 mod parsers;
 mod tunnels;
 
@@ -29,7 +30,8 @@ pub use devices::{
 };
 pub use ixgbe::ixgbe_hostile;
 pub use nfs::{nf_bridge, nf_firewall, nf_lb, nf_nat, nf_options, nf_policer, nf_router};
-pub use parsers::{nfk_config, packet_views, pcap_reader, port_spec};
+pub use offloads::offloads;
+pub use parsers::{lacp_frames, nfk_config, packet_views, pcap_reader, port_spec};
 pub use tunnels::tunnels;
 
 /// A fuzz target: its name and what it does with an input.
@@ -59,6 +61,8 @@ pub const TARGETS: &[Target] = &[
     ("daemon_requests", daemon_requests),
     ("tunnels", tunnels),
     ("packet_chains", packet_chains),
+    ("offloads", offloads),
+    ("lacp_frames", lacp_frames),
 ];
 
 /// The target called `name`.

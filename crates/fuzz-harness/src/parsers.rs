@@ -110,3 +110,57 @@ pub fn packet_views(data: &[u8]) {
         let _ = (i.icmp_type(), i.payload().len());
     }
 }
+
+/// LACP frames (`nfkit_port::bond::lacp`): each input is a run of
+/// frames (a length byte, then the frame) received by one LACP port,
+/// time moving by the byte after each. A parsed LACPDU builds back to a
+/// frame that parses to the same PDU; the port never distributes
+/// without being in synchronization and collecting, and never sends
+/// more than 3 PDUs a second.
+pub fn lacp_frames(data: &[u8]) {
+    use nfkit_port::bond::lacp::{self, state, LacpPort, FAST_PERIOD_NS};
+    let mut port = LacpPort::new(
+        [2, 0, 0, 0, 0, 1],
+        1,
+        1,
+        data.first().is_some_and(|b| b & 1 == 1),
+        0,
+    );
+    port.set_selected(true);
+    let (mut now, mut rest) = (0u64, data);
+    let mut sent: Vec<u64> = Vec::new();
+    while let Some((&len, tail)) = rest.split_first() {
+        let frame = &tail[..(len as usize).min(tail.len())];
+        rest = &tail[frame.len()..];
+        if let Ok(pdu) = lacp::parse(frame) {
+            let mut out = [0u8; lacp::FRAME_LEN];
+            let n = lacp::build(frame[6..12].try_into().unwrap(), &pdu, &mut out);
+            assert_eq!(
+                lacp::parse(&out[..n]),
+                Ok(pdu),
+                "built back from {frame:02x?}"
+            );
+            port.receive(&pdu, now);
+        }
+        let step = rest.first().copied().unwrap_or(0) as u64;
+        now += step * 50_000_000;
+        port.tick(now);
+        if port.take_tx(now).is_some() {
+            sent.push(now);
+        }
+        let s = port.actor.state;
+        if s & state::DISTRIBUTING != 0 {
+            assert!(
+                s & state::SYNCHRONIZATION != 0 && port.collecting(),
+                "state {s:#x}"
+            );
+        }
+    }
+    for w in sent.windows(4) {
+        assert!(
+            w[3] - w[0] >= FAST_PERIOD_NS,
+            "4 PDUs within {} ns",
+            w[3] - w[0]
+        );
+    }
+}

@@ -125,6 +125,21 @@ impl<B: Bar + 'static> Agent<B> {
     ) -> Result<Agent<B>, InitError> {
         let size = config.ring_size;
         check_config(size, outputs.len(), input.dma().page_size())?;
+        // TinyNF's agent: one 2 KiB buffer per descriptor, in lock step
+        // with the outputs, so a frame is never spread over descriptors:
+        // jumbo frames stay off (HLREG0.JUMBOEN = 0, §8.2.3.22.8) and the
+        // device drops longer frames itself (receive oversize, §8.2.3.23).
+        if input.config().max_frame > crate::device::STD_MAX_FRAME {
+            return Err(InitError::Config(format!(
+                "the agent model takes one {BUFFER_SIZE}-byte buffer per frame: a largest frame of {} bytes \
+                 (jumbo frames) needs the queue model",
+                input.config().max_frame
+            )));
+        }
+        tracing::info!(
+            "82599 agent on rx queue {rx_queue}: largest frame {} bytes (one buffer per descriptor, no offloads)",
+            crate::device::STD_MAX_FRAME
+        );
         let input_claim = input.take_rx(rx_queue)?;
         let dma = input.dma();
         let buffers = dma

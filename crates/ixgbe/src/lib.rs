@@ -107,5 +107,5 @@ pub use init::InitReport;
 pub use irq::{Interrupts, LinkIrq, QueueIrq};
 pub use pci::{DEVICE_IDS_82599, VENDOR_INTEL};
 pub use port::{opener, IxgbePort, SimSource};
-pub use queue::{QueueCounters, RxQueue, TxQueue, MIN_RX_DATA_ROOM, TX_CLEAN_BATCH};
+pub use queue::{QueueCounters, RxQueue, TxQueue, MIN_RX_DATA_ROOM, TSO_MAX_SEND, TX_CLEAN_BATCH};
 pub use rss::RSS_MAX_QUEUES;

@@ -40,7 +40,7 @@ use nfkit_ixgbe_model::{
 };
 use nfkit_port::{PortError, Registry};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -151,14 +151,30 @@ pub struct LoadCounters {
     pub accepted: std::sync::atomic::AtomicU64,
 }
 
+/// Wires of simulated ports made since the load thread last looked.
+#[derive(Default)]
+struct AddedWires {
+    wires: Mutex<Vec<(usize, Wire)>>,
+    /// How many were ever added.
+    count: AtomicUsize,
+}
+
 /// The simulated 82599s of this process.
 pub struct SimLab {
     dma: Arc<SimDma>,
     wire: SimWire,
     queues: usize,
     ports: Mutex<Vec<Option<SimPort>>>,
+    /// With `SimWire::Load`: the wires of ports made since the load
+    /// thread last looked (it feeds them from then on), and how many
+    /// were ever added (one relaxed load a pass tells it to look).
+    added: Arc<AddedWires>,
     pump_stop: Arc<AtomicBool>,
     pump: Mutex<Option<JoinHandle<()>>>,
+    /// Once [`SimLab::start_load`] was called (with `SimWire::Load`):
+    /// what the load thread counts into. The thread starts with the
+    /// first port (none: no thread spinning on nothing).
+    load: Mutex<Option<Arc<LoadCounters>>>,
 }
 
 impl SimLab {
@@ -168,8 +184,10 @@ impl SimLab {
             wire,
             queues: queues.max(1),
             ports: Mutex::new(Vec::new()),
+            added: Arc::default(),
             pump_stop: Arc::new(AtomicBool::new(false)),
             pump: Mutex::new(None),
+            load: Mutex::new(None),
         })
     }
 
@@ -193,6 +211,14 @@ impl SimLab {
             }
         };
         let pci = nic.pci();
+        if let SimWire::Load { .. } = self.wire {
+            self.added.wires.lock().push((n, nic.wire()));
+            self.added.count.fetch_add(1, Ordering::SeqCst);
+            let load = self.load.lock().clone();
+            if let Some(counters) = load {
+                self.spawn_pump(counters);
+            }
+        }
         let mut ports = self.ports.lock();
         if ports.len() <= n {
             ports.resize_with(n + 1, || None);
@@ -238,42 +264,53 @@ impl SimLab {
             .unwrap_or(0)
     }
 
-    /// With `SimWire::Load`: start a thread feeding every open port's wire
-    /// with generated frames, keeping its packet buffer from overflowing
-    /// (the generator backs off, like a sender with flow control).
+    /// With `SimWire::Load`: start a thread feeding every port's wire
+    /// (those open now and those opened later, as `nfkit daemon` does at
+    /// run time) with generated frames, keeping its packet buffer from
+    /// overflowing (the generator backs off, like a sender with flow
+    /// control). Without a port yet, the thread starts with the first.
     pub fn start_load(self: &Arc<Self>) -> Arc<LoadCounters> {
         let generated = Arc::new(LoadCounters::default());
-        let SimWire::Load { frame_len, flows } = self.wire else {
+        let SimWire::Load { .. } = self.wire else {
             return generated;
         };
-        let wires: Vec<_> = self
-            .ports
-            .lock()
-            .iter()
-            .enumerate()
-            .filter_map(|(n, p)| {
-                p.as_ref().map(|p| {
-                    (
-                        p.nic.wire(),
-                        TrafficGen::udp_flows(sim_mac(n), flows, frame_len),
-                    )
-                })
-            })
-            .collect::<Vec<_>>();
-        if wires.is_empty() {
-            // No simulated port: no thread (it would spin on nothing, a
-            // core lost to an idle `fwd` or daemon on real ports).
-            return generated;
+        *self.load.lock() = Some(generated.clone());
+        if self.added.count.load(Ordering::SeqCst) > 0 {
+            self.spawn_pump(generated.clone());
         }
+        generated
+    }
+
+    /// Start the load thread unless it runs.
+    fn spawn_pump(&self, count: Arc<LoadCounters>) {
+        let SimWire::Load { frame_len, flows } = self.wire else {
+            return;
+        };
+        let mut pump = self.pump.lock();
+        if pump.is_some() {
+            return;
+        }
+        let added = self.added.clone();
         let stop = self.pump_stop.clone();
-        let count = generated.clone();
         let handle = std::thread::Builder::new()
             .name("sim-load".into())
             .spawn(move || {
-                let mut wires = wires;
+                let mut wires: Vec<(usize, Wire, TrafficGen)> = Vec::new();
+                let mut seen = 0;
                 while !stop.load(Ordering::Relaxed) {
+                    if added.count.load(Ordering::Acquire) != seen {
+                        let mut new = added.wires.lock();
+                        seen = added.count.load(Ordering::Acquire);
+                        for (n, wire) in new.drain(..) {
+                            let gen = TrafficGen::udp_flows(sim_mac(n), flows, frame_len);
+                            // A port made again at the same number
+                            // replaces the old one's wire.
+                            wires.retain(|w| w.0 != n);
+                            wires.push((n, wire, gen));
+                        }
+                    }
                     let mut idle = true;
-                    for (wire, gen) in wires.iter_mut() {
+                    for (_, wire, gen) in wires.iter_mut() {
                         if wire.rx_pending() < 256 {
                             let n = gen.inject(wire, 64);
                             count.offered.fetch_add(64, Ordering::Relaxed);
@@ -287,8 +324,7 @@ impl SimLab {
                 }
             })
             .expect("spawning the load thread");
-        *self.pump.lock() = Some(handle);
-        generated
+        *pump = Some(handle);
     }
 
     /// Stop the load thread.

@@ -448,6 +448,10 @@ pub struct PortResult {
 /// frames on their way may take to come back.
 pub const FLUSH_TIME: Duration = Duration::from_millis(300);
 
+/// The longest the end waits for frames still coming back, however
+/// steadily they come.
+pub const FLUSH_CAP: Duration = Duration::from_secs(5);
+
 /// A rate limit must be a positive finite number (0 would never send,
 /// and with `--count` never end).
 pub fn check_rate(rate: &RateLimit) -> Result<()> {
@@ -522,6 +526,8 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     let mut unsent = vec![0u64; ports.len()];
     // When generation ended (count reached everywhere, or stop).
     let mut ending: Option<Instant> = None;
+    // When a frame last came back.
+    let mut last_rx = start;
     loop {
         let elapsed = start.elapsed();
         let stopping = stop.load(Ordering::Relaxed);
@@ -550,6 +556,9 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
                 for q in 0..ports[i].rx_queues() {
                     ports[i].rx_batch(q, &mut rx);
                     let now = start.elapsed().as_nanos() as u64;
+                    if !rx.is_empty() {
+                        last_rx = Instant::now();
+                    }
                     for p in rx.drain() {
                         receivers[i].observe(p.data(), now);
                     }
@@ -568,9 +577,18 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
             ending.get_or_insert_with(Instant::now);
         }
         if all_done {
-            // give the frames on their way time to come back
+            // Give the frames on their way time to come back: until all
+            // are back, or none has come for FLUSH_TIME (a starved
+            // simulated NIC may hold them longer than that in all), and
+            // never longer than FLUSH_CAP.
             let d = *done_at.get_or_insert_with(Instant::now);
-            if !args.rx || d.elapsed() > FLUSH_TIME {
+            let all_back = receivers
+                .iter()
+                .zip(&gens)
+                .zip(&unsent)
+                .all(|((r, g), u)| r.received >= g.sent() - u);
+            let quiet = last_rx.max(d).elapsed() > FLUSH_TIME;
+            if !args.rx || all_back || quiet || d.elapsed() > FLUSH_CAP {
                 break;
             }
         }

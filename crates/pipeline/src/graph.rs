@@ -9,7 +9,7 @@ use crate::counters::{GateCounters, ModuleCounters};
 use crate::hooks::{GateDir, Tap};
 use crate::metadata::{assign_offsets_with, Attr, AttrSpec, MetaNode, MetadataError};
 use crate::module::{Module, MAX_GATES};
-use crate::ports::{Dir, Owners, QueueConflict};
+use crate::ports::{Dir, Owners, PortUse, QueueConflict};
 use crate::runtime::{Runtime, Slot, Wiring};
 use crate::sched::TcCounters;
 use crate::sched::{Placement, PolicySpec, TcError, TcStats, TcTree};
@@ -104,6 +104,11 @@ pub(crate) struct Node {
     /// Gate hooks (`None`: no hook, the usual case).
     pub igate_taps: Vec<Option<Tap>>,
     pub ogate_taps: Vec<Option<Tap>>,
+    /// The module's port uses ([`Module::ports`]), as of when it was
+    /// last home: a layout needs them while a worker holds the module.
+    pub uses: Vec<PortUse>,
+    /// Whether the module can span two workers ([`Module::task_half`]).
+    pub splittable: bool,
 }
 
 /// Which part of its module a slot runs.
@@ -191,6 +196,21 @@ enum Added {
     Attachment,
 }
 
+/// Where everything runs, as [`Graph::layout`] decided it.
+pub(crate) struct Layout {
+    /// Per module: its metadata attributes' offsets.
+    attrs: Vec<Vec<Attr>>,
+    /// The longest walk a batch takes.
+    depth: usize,
+    /// Per module: the worker whose tasks feed it.
+    input_worker: Vec<Option<usize>>,
+    /// Per task module: the worker its task runs on.
+    task_worker: HashMap<ModuleId, usize>,
+    owners: Owners,
+    /// Per worker: its class tree (taken by [`Graph::plans`]).
+    trees: Vec<Option<TcTree>>,
+}
+
 /// What one worker runs after a commit.
 pub(crate) struct WorkerPlan {
     pub runtime: Runtime,
@@ -212,6 +232,9 @@ impl Graph {
             return Err(GraphError::DuplicateModule(name.into()));
         }
         let id = self.nodes.len();
+        let mut module = module;
+        let uses = module.ports();
+        let splittable = module.task_half().is_some();
         let igates = module.igates().min(MAX_GATES);
         let ogates = module.ogates().min(MAX_GATES);
         self.nodes.push(Some(Node {
@@ -227,13 +250,18 @@ impl Graph {
             ogate_counters: (0..ogates).map(|_| Arc::default()).collect(),
             igate_taps: vec![None; igates],
             ogate_taps: vec![None; ogates],
+            uses,
+            splittable,
         }));
         self.names.insert(name.into(), id);
         Ok(id)
     }
 
-    /// Remove a module and every connection to or from it.
-    pub fn remove_module(&mut self, name: &str) -> Result<Box<dyn Module>, GraphError> {
+    /// Remove a module and every connection to or from it. Returns the
+    /// module, or `None` while a running worker holds it (inside
+    /// [`Pipeline::edit`](crate::Pipeline::edit)): that worker's plan
+    /// changes, so the edit pauses it and the module is dropped then.
+    pub fn remove_module(&mut self, name: &str) -> Result<Option<Box<dyn Module>>, GraphError> {
         let id = self.id(name)?;
         for n in self.nodes.iter_mut().flatten() {
             for g in n.ogates.iter_mut() {
@@ -250,7 +278,7 @@ impl Graph {
         let node = self.nodes[id]
             .take()
             .ok_or_else(|| GraphError::NoModule(name.into()))?;
-        node.module.ok_or_else(|| GraphError::NoModule(name.into()))
+        Ok(node.module)
     }
 
     pub fn id(&self, name: &str) -> Result<ModuleId, GraphError> {
@@ -379,6 +407,14 @@ impl Graph {
             root: Arc::default(),
         });
         Ok(self.workers.len() - 1)
+    }
+
+    /// Pin worker `name` to `core` (or leave it where the kernel puts
+    /// it); a running worker moves there when the edit restarts it.
+    pub fn set_worker_core(&mut self, name: &str, core: Option<usize>) -> Result<(), GraphError> {
+        let w = self.worker_index(name)?;
+        self.workers[w].core = core;
+        Ok(())
     }
 
     pub fn worker_index(&self, name: &str) -> Result<usize, GraphError> {
@@ -720,10 +756,10 @@ impl Graph {
         out
     }
 
-    /// Check the graph, place metadata, and hand each worker its part.
-    /// Modules move out of the graph into the plans; [`Graph::restore`]
-    /// puts them back.
-    pub(crate) fn commit(&mut self) -> Result<Vec<WorkerPlan>, GraphError> {
+    /// Check the graph and decide where everything runs (metadata
+    /// offsets, the worker of each module and port queue, the class
+    /// trees) without touching a module: running workers may hold them.
+    pub(crate) fn layout(&mut self) -> Result<Layout, GraphError> {
         self.ensure_worker();
         let attrs = self.metadata_offsets()?;
         // Unattached tasks run under the first worker's root.
@@ -757,8 +793,8 @@ impl Graph {
         // Check every task can run where it is attached before moving anything.
         for (&id, &tw) in &task_worker {
             if let Some(iw) = input_worker[id].filter(|&iw| iw != tw) {
-                if !self.can_split(id) {
-                    let n = self.node(id);
+                let n = self.node(id);
+                if !n.splittable {
                     return Err(GraphError::CannotSplit {
                         module: n.name.clone(),
                         class: n.class,
@@ -771,43 +807,185 @@ impl Graph {
         let owners = self.port_owners(&input_worker, &task_worker)?;
         let mut trees = Vec::new();
         for w in 0..self.workers.len() {
-            trees.push(self.tree_for(w)?);
+            trees.push(Some(self.tree_for(w)?));
         }
-        let mut plans: Vec<WorkerPlan> = trees
-            .into_iter()
-            .map(|tree| WorkerPlan {
-                runtime: Runtime::new(self.nodes.len(), depth),
-                tree,
+        Ok(Layout {
+            attrs,
+            depth,
+            input_worker,
+            task_worker,
+            owners,
+            trees,
+        })
+    }
+
+    /// The worker whose runtime holds module `id` (its input side, else
+    /// its task), or none: a module no task feeds and with no task of
+    /// its own never runs, and rests in the graph.
+    pub(crate) fn home(layout: &Layout, id: ModuleId) -> Option<usize> {
+        layout
+            .input_worker
+            .get(id)
+            .copied()
+            .flatten()
+            .or(layout.task_worker.get(&id).copied())
+    }
+
+    /// Per worker, a text that differs whenever what the worker runs
+    /// differs: its modules and halves with their wiring, metadata
+    /// offsets, hooks and port claims, and its class tree. A running
+    /// worker whose fingerprint an edit leaves alone runs on untouched.
+    pub(crate) fn fingerprints(&self, layout: &Layout) -> Vec<String> {
+        use std::fmt::Write;
+        let mut fps = vec![String::new(); self.workers.len()];
+        let ptr = |a: &Option<Tap>| {
+            a.as_ref()
+                .map_or(0, |t| Arc::as_ptr(t) as *const u8 as usize)
+        };
+        for (id, node) in self.nodes.iter().enumerate() {
+            let Some(node) = node.as_ref() else { continue };
+            let Some(home) = Graph::home(layout, id) else {
+                continue;
+            };
+            let task = layout.task_worker.get(&id).copied().filter(|&t| t != home);
+            let mut entry = |w: usize, part: Part| {
+                let Some(fp) = fps.get_mut(w) else { return };
+                let wiring = node.wiring(part);
+                let counters = Arc::as_ptr(&wiring.counters) as usize;
+                let _ = write!(
+                    fp,
+                    "{id}:{part:?} c{counters:x} t{:?} a{:?} i{:?} o{:?} p",
+                    wiring.targets,
+                    layout.attrs[id],
+                    wiring.igate_taps.iter().map(ptr).collect::<Vec<_>>(),
+                    wiring.ogate_taps.iter().map(ptr).collect::<Vec<_>>(),
+                );
+                for u in &node.uses {
+                    let (claim, locked) = layout.owners.plan_of(&u.port, w);
+                    let _ = write!(
+                        fp,
+                        "[{:x} {:?} {:?} {} {claim:?} {locked}]",
+                        u.port.id(),
+                        u.dir,
+                        u.queues,
+                        layout.owners.owns(u, w)
+                    );
+                }
+                fp.push('\n');
+            };
+            match task {
+                Some(t) => {
+                    entry(home, Part::InputHalf);
+                    entry(t, Part::TaskHalf);
+                }
+                None => entry(home, Part::Whole),
+            }
+        }
+        for (w, fp) in fps.iter_mut().enumerate() {
+            let spec = &self.workers[w];
+            let _ = writeln!(
+                fp,
+                "worker {} {:?} {:x}",
+                spec.name,
+                spec.core,
+                Arc::as_ptr(&spec.root) as usize
+            );
+            for t in self.tcs.iter().filter(|t| t.worker == w) {
+                let _ = writeln!(
+                    fp,
+                    "tc {} < {} {:?} {:?} {:x}",
+                    t.name,
+                    t.parent,
+                    t.policy,
+                    t.placement,
+                    Arc::as_ptr(&t.counters) as usize
+                );
+            }
+            for a in self.attachments.iter().filter(|a| a.worker == w) {
+                let _ = writeln!(
+                    fp,
+                    "leaf {} < {} {:?} {:x}",
+                    a.module,
+                    a.parent,
+                    a.placement,
+                    Arc::as_ptr(&a.counters) as usize
+                );
+            }
+        }
+        fps
+    }
+
+    /// Modules whose input side and task run on two workers: (input
+    /// worker, task worker). The task half is made from the module, so
+    /// a change of either worker restarts both.
+    pub(crate) fn split_pairs(&self, layout: &Layout) -> Vec<(usize, usize)> {
+        layout
+            .task_worker
+            .iter()
+            .filter_map(|(&id, &t)| {
+                let iw = layout.input_worker.get(id).copied().flatten()?;
+                (iw != t && self.nodes[id].is_some()).then_some((iw, t))
+            })
+            .collect()
+    }
+
+    /// The plans of the workers `which` selects, each module moving out
+    /// of the graph into its worker's runtime. The modules of those
+    /// workers must be home (after [`Graph::restore`]).
+    pub(crate) fn plans(
+        &mut self,
+        mut layout: Layout,
+        which: impl Fn(usize) -> bool,
+    ) -> Vec<Option<WorkerPlan>> {
+        let mut plans: Vec<Option<WorkerPlan>> = (0..self.workers.len())
+            .map(|w| {
+                let tree = layout.trees[w].take().filter(|_| which(w))?;
+                Some(WorkerPlan {
+                    runtime: Runtime::new(self.nodes.len(), layout.depth),
+                    tree,
+                })
             })
             .collect();
         for id in 0..self.nodes.len() {
+            let Some(home) = Graph::home(&layout, id) else {
+                continue;
+            };
+            let task = layout.task_worker.get(&id).copied();
             let Some(node) = self.nodes[id].as_mut() else {
                 continue;
             };
-            let home = input_worker[id]
-                .or(task_worker.get(&id).copied())
-                .unwrap_or(0);
-            let mut module = node.module.take().expect("modules are home at commit");
+            let attrs = &layout.attrs[id];
             let mut part = Part::Whole;
-            if let Some(&tw) = task_worker.get(&id).filter(|&&tw| tw != home) {
-                let half = module.task_half().expect("checked above");
-                let rt = &mut plans[tw].runtime;
-                let bind = rt.bind_ports(&owners, &*half, tw);
-                let wiring = node.wiring(Part::TaskHalf);
-                rt.slots[id] = Some(Slot::new(half, attrs[id].clone(), wiring, true, bind));
+            if let Some(tw) = task.filter(|&tw| tw != home) {
                 part = Part::InputHalf;
+                if let Some(plan) = plans[tw].as_mut() {
+                    let half = node
+                        .module
+                        .as_mut()
+                        .expect("the input worker of a split module restarts with its task worker")
+                        .task_half()
+                        .expect("checked in the layout");
+                    let rt = &mut plan.runtime;
+                    let bind = rt.bind_ports(&layout.owners, &half.ports(), tw);
+                    let wiring = node.wiring(Part::TaskHalf);
+                    rt.slots[id] = Some(Slot::new(half, attrs.clone(), wiring, true, bind));
+                }
             }
-            let rt = &mut plans[home].runtime;
-            let bind = rt.bind_ports(&owners, &*module, home);
+            let Some(plan) = plans[home].as_mut() else {
+                continue;
+            };
+            let module = node.module.take().expect("modules are home at commit");
+            let rt = &mut plan.runtime;
+            let bind = rt.bind_ports(&layout.owners, &node.uses, home);
             rt.slots[id] = Some(Slot::new(
                 module,
-                attrs[id].clone(),
+                attrs.clone(),
                 node.wiring(part),
                 false,
                 bind,
             ));
         }
-        Ok(plans)
+        plans
     }
 
     /// Give every port queue its one polling worker: a receive use runs
@@ -821,11 +999,8 @@ impl Graph {
         let mut owners = Owners::default();
         for (id, node) in self.nodes.iter().enumerate() {
             let Some(node) = node.as_ref() else { continue };
-            let Some(module) = node.module.as_ref() else {
-                continue;
-            };
             let task = task_worker.get(&id).copied();
-            for u in module.ports() {
+            for u in &node.uses {
                 // A module that is never fed and has no task never polls.
                 let Some(w) = (match u.dir {
                     Dir::Rx if node.is_task => task,
@@ -834,19 +1009,11 @@ impl Graph {
                     continue;
                 };
                 owners
-                    .add(&node.name, w, &u, |w| self.workers[w].name.clone())
+                    .add(&node.name, w, u, |w| self.workers[w].name.clone())
                     .map_err(GraphError::QueueOwners)?;
             }
         }
         Ok(owners)
-    }
-
-    fn can_split(&mut self, id: ModuleId) -> bool {
-        // Ask the module for its task half without keeping it.
-        self.nodes[id]
-            .as_mut()
-            .and_then(|n| n.module.as_mut())
-            .is_some_and(|m| m.task_half().is_some())
     }
 
     /// Put modules back from worker runtimes (after a pause).
@@ -858,6 +1025,7 @@ impl Graph {
                     continue;
                 }
                 if let Some(node) = self.nodes.get_mut(id).and_then(|n| n.as_mut()) {
+                    node.uses = slot.module.ports();
                     node.module = Some(slot.module);
                 }
             }

@@ -160,6 +160,20 @@ impl Harness {
         outs
     }
 
+    /// Run the module's task once and return the batches that left
+    /// each output gate, packets and metadata intact.
+    pub fn run_task_batch(&mut self, module: &mut dyn Module) -> Vec<Batch> {
+        let attrs = Harness::attrs(module);
+        let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
+        let mut trash = Batch::new();
+        let (mut ports, bind) = PortTable::claim_all(&module.ports());
+        let mut ctx = self
+            .ctx(&mut outs, &mut trash, &attrs)
+            .with_ports(&mut ports, &bind);
+        module.run_task(&mut ctx);
+        outs
+    }
+
     /// Run the module's task once.
     pub fn run_task(&mut self, module: &mut dyn Module) -> GateOutput {
         let attrs = Harness::attrs(module);

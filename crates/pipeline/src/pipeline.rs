@@ -62,6 +62,9 @@ struct WorkerState {
     sched: Scheduler,
     /// Hybrid polling or pure polling, as the pipeline was told.
     idle: IdleOptions,
+    /// The core the worker runs on (its thread pins itself when this
+    /// differs from where it is pinned).
+    core: Option<usize>,
 }
 
 struct WorkerThread {
@@ -111,8 +114,12 @@ pub struct Pipeline {
     /// Per worker: times it was paused.
     worker_pauses: Vec<u64>,
     /// Per module id: the worker whose runtime holds the module (not a
-    /// task half), as of the last commit.
+    /// task half), as of the last commit; `None`: the graph holds it.
     homes: Vec<Option<usize>>,
+    /// Per worker: the fingerprint of the plan it was last given
+    /// ([`Graph::fingerprints`]); an edit restarts only the running
+    /// workers whose fingerprint changes.
+    fingerprints: Vec<String>,
 }
 
 impl Pipeline {
@@ -130,6 +137,7 @@ impl Pipeline {
             idle: IdleOptions::default(),
             worker_pauses: Vec::new(),
             homes: Vec::new(),
+            fingerprints: Vec::new(),
         };
         p.commit()?;
         Ok(p)
@@ -210,32 +218,146 @@ impl Pipeline {
     }
 
     fn commit(&mut self) -> Result<(), PipelineError> {
-        let plans = self.graph.commit()?;
-        while self.sched_counters.len() < plans.len() {
-            self.sched_counters.push(Arc::default());
-        }
+        let layout = self.graph.layout()?;
+        self.record(&layout);
+        let plans = self.graph.plans(layout, |_| true);
         let states = plans
             .into_iter()
             .enumerate()
-            .map(|(w, WorkerPlan { mut runtime, tree })| {
-                runtime.set_worker(w);
-                WorkerState {
-                    runtime,
-                    sched: Scheduler::new(tree, self.clock.clone())
-                        .with_counters(self.sched_counters[w].clone()),
-                    idle: self.idle,
-                }
-            })
+            .map(|(w, plan)| self.state(w, plan.expect("every plan asked for")))
             .collect::<Vec<WorkerState>>();
-        self.homes = vec![None; self.graph.nodes.len()];
-        for (w, st) in states.iter().enumerate() {
-            for (id, slot) in st.runtime.slots.iter().enumerate() {
-                if slot.as_ref().is_some_and(|s| !s.is_half) {
-                    self.homes[id] = Some(w);
+        self.parked = Some(states);
+        Ok(())
+    }
+
+    /// Remember where `layout` puts each module and each worker's
+    /// fingerprint.
+    fn record(&mut self, layout: &crate::graph::Layout) {
+        self.homes = (0..self.graph.nodes.len())
+            .map(|id| Graph::home(layout, id))
+            .collect();
+        self.fingerprints = self.graph.fingerprints(layout);
+    }
+
+    /// Worker `w`'s state from its plan.
+    fn state(&mut self, w: usize, plan: WorkerPlan) -> WorkerState {
+        while self.sched_counters.len() <= w {
+            self.sched_counters.push(Arc::default());
+        }
+        let WorkerPlan { mut runtime, tree } = plan;
+        runtime.set_worker(w);
+        WorkerState {
+            runtime,
+            sched: Scheduler::new(tree, self.clock.clone())
+                .with_counters(self.sched_counters[w].clone()),
+            idle: self.idle,
+            core: self.graph.workers[w].core,
+        }
+    }
+
+    /// Bring the running workers to the graph as it now is (issue 16:
+    /// each change at a batch boundary, pausing only the workers that
+    /// need it): lay it out, and pause, re-plan and resume only the
+    /// workers whose plan changes (with the other side of any module
+    /// split between two workers), plus any worker beyond the graph's
+    /// (removed: its thread ends). The others run on untouched. If the
+    /// layout fails, every worker stops (as [`Pipeline::edit`] says).
+    fn apply(&mut self) -> Result<(), PipelineError> {
+        let layout = match self.graph.layout() {
+            Ok(l) => l,
+            Err(e) => {
+                self.halt()?;
+                return Err(e.into());
+            }
+        };
+        let n = self.graph.workers.len();
+        let fps = self.graph.fingerprints(&layout);
+        let mut changed: Vec<bool> = (0..n)
+            .map(|w| w >= self.threads.len() || self.fingerprints.get(w) != Some(&fps[w]))
+            .collect();
+        let pairs = self.graph.split_pairs(&layout);
+        let mut again = true;
+        while again {
+            again = false;
+            for &(a, b) in &pairs {
+                if changed[a] != changed[b] {
+                    changed[a] = true;
+                    changed[b] = true;
+                    again = true;
                 }
             }
         }
-        self.parked = Some(states);
+        let stop: Vec<usize> = (0..self.threads.len())
+            .filter(|&w| w >= n || changed[w])
+            .collect();
+        if !stop.is_empty() {
+            self.pauses += 1;
+            self.count_pause(stop.iter().copied().filter(|&w| w < n));
+        }
+        for &w in &stop {
+            self.threads[w].signal(PAUSE);
+        }
+        let mut runtimes = Vec::new();
+        let mut lost = None;
+        for &w in &stop {
+            match self.threads[w].back.recv() {
+                Ok(mut st) => {
+                    st.runtime.on_pause();
+                    st.runtime.ports.check_in(true);
+                    runtimes.push(st.runtime);
+                }
+                Err(_) => lost = Some(w),
+            }
+        }
+        self.graph.restore(runtimes);
+        while self.threads.len() > n {
+            let mut t = self.threads.pop().expect("len checked");
+            // Closing the command channel ends the thread's loop.
+            let (dead_tx, _) = mpsc::channel();
+            t.cmd = dead_tx;
+            if let Some(h) = t.handle.take() {
+                let _ = h.join();
+            }
+        }
+        self.sched_counters.truncate(n);
+        if let Some(w) = lost {
+            let name = self
+                .graph
+                .workers
+                .get(w)
+                .map_or_else(|| format!("#{w}"), |s| s.name.clone());
+            self.halt()?;
+            return Err(PipelineError::WorkerLost(name));
+        }
+        self.record(&layout);
+        let plans = self.graph.plans(layout, |w| changed[w]);
+        for (w, plan) in plans.into_iter().enumerate() {
+            let Some(plan) = plan else { continue };
+            let mut st = self.state(w, plan);
+            st.runtime.ports.check_out();
+            if w >= self.threads.len() {
+                let t = self.spawn(w)?;
+                self.threads.push(t);
+            }
+            let t = &self.threads[w];
+            t.pause.store(RUN, Ordering::SeqCst);
+            if t.cmd.send(st).is_err() {
+                return Err(PipelineError::WorkerLost(
+                    self.graph.workers[w].name.clone(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop every worker and put every module back in the graph (the
+    /// state an edit that failed leaves: paused, nothing committed).
+    fn halt(&mut self) -> Result<(), PipelineError> {
+        self.pause()?;
+        if let Some(states) = self.parked.take() {
+            self.graph
+                .restore(states.into_iter().map(|s| s.runtime).collect());
+        }
         Ok(())
     }
 
@@ -295,24 +417,20 @@ impl Pipeline {
 
     fn spawn(&self, w: usize) -> Result<WorkerThread, PipelineError> {
         let spec = &self.graph.workers[w];
-        let core = match spec.core {
-            Some(c) => {
-                let ids = core_affinity::get_core_ids().unwrap_or_default();
-                let id = ids.iter().find(|i| i.id == c).copied().ok_or_else(|| {
-                    PipelineError::NoCore {
-                        worker: spec.name.clone(),
-                        core: c,
-                        available: ids
-                            .iter()
-                            .map(|i| i.id.to_string())
-                            .collect::<Vec<_>>()
-                            .join(","),
-                    }
-                })?;
-                Some(id)
+        if let Some(c) = spec.core {
+            let ids = core_affinity::get_core_ids().unwrap_or_default();
+            if !ids.iter().any(|i| i.id == c) {
+                return Err(PipelineError::NoCore {
+                    worker: spec.name.clone(),
+                    core: c,
+                    available: ids
+                        .iter()
+                        .map(|i| i.id.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                });
             }
-            None => None,
-        };
+        }
         let (cmd_tx, cmd_rx) = mpsc::channel::<WorkerState>();
         let (back_tx, back_rx) = mpsc::channel::<WorkerState>();
         let pause = Arc::new(AtomicU8::new(RUN));
@@ -341,12 +459,14 @@ impl Pipeline {
                 {
                     let _ = my_tid.set(t);
                 }
-                if let Some(core) = core {
-                    if !core_affinity::set_for_current(core) {
-                        tracing::warn!(worker = %name, core = core.id, "could not pin the worker");
-                    }
-                }
+                let mut pinned = None;
                 while let Ok(mut st) = cmd_rx.recv() {
+                    if let Some(c) = st.core.filter(|&c| pinned != Some(c)) {
+                        if !core_affinity::set_for_current(core_affinity::CoreId { id: c }) {
+                            tracing::warn!(worker = %name, core = c, "could not pin the worker");
+                        }
+                        pinned = Some(c);
+                    }
                     // Afresh for each run: the ports may have changed.
                     let mut idle = Idle::new(st.idle);
                     idle.set_control(wake.as_ref().map(Waker::fd));
@@ -501,25 +621,34 @@ impl Pipeline {
         Ok(self.stats())
     }
 
-    /// Change the graph or the class trees without a restart: pause,
-    /// apply `f`, recommit (metadata offsets, placement), and resume if
-    /// the pipeline was running. If `f` or the commit fails, the
-    /// pipeline stays paused with the graph as `f` left it.
+    /// Change the graph or the class trees without a restart: apply
+    /// `f`, recommit (metadata offsets, placement) and, if the pipeline
+    /// runs, pause only the workers whose plan the change alters, each
+    /// between two of its rounds, and resume them on their new plans;
+    /// the other workers run on (their modules stay with them, so `f`
+    /// must not need them: graph edits do not). If `f` or the commit
+    /// fails, the pipeline stays paused with the graph as `f` left it.
     pub fn edit<R>(
         &mut self,
         f: impl FnOnce(&mut Graph) -> Result<R, GraphError>,
     ) -> Result<R, PipelineError> {
-        let was_running = self.running;
-        self.pause()?;
-        if let Some(states) = self.parked.take() {
-            self.graph
-                .restore(states.into_iter().map(|s| s.runtime).collect());
+        if !self.running {
+            if let Some(states) = self.parked.take() {
+                self.graph
+                    .restore(states.into_iter().map(|s| s.runtime).collect());
+            }
+            let r = f(&mut self.graph)?;
+            self.commit()?;
+            return Ok(r);
         }
-        let r = f(&mut self.graph)?;
-        self.commit()?;
-        if was_running {
-            self.start()?;
-        }
+        let r = match f(&mut self.graph) {
+            Ok(r) => r,
+            Err(e) => {
+                self.halt()?;
+                return Err(e.into());
+            }
+        };
+        self.apply()?;
         Ok(r)
     }
 
@@ -545,6 +674,13 @@ impl Pipeline {
             source,
         };
         let mut args = crate::args::Args::from_value("arg", arg).map_err(fail)?;
+        // A module no worker runs rests in the graph: nothing stops.
+        if let Some(m) = self.graph.nodes[id]
+            .as_mut()
+            .and_then(|n| n.module.as_mut())
+        {
+            return m.command(cmd, &mut args).map_err(fail);
+        }
         // Running: only the worker holding the module stops, between two
         // of its rounds, keeping its ports; the others run on.
         if let Some(w) = self
@@ -638,7 +774,17 @@ impl Pipeline {
     /// Counters of every module, worker, class and port. Module-specific
     /// values (`extra`) are filled only while paused.
     pub fn stats(&self) -> PipelineStats {
-        let mut extra: Vec<Vec<(&'static str, u64)>> = vec![Vec::new(); self.graph.nodes.len()];
+        let mut extra: Vec<Vec<(&'static str, u64)>> = self
+            .graph
+            .nodes
+            .iter()
+            .map(|n| {
+                n.as_ref()
+                    .and_then(|n| n.module.as_ref())
+                    .map(|m| m.extra_stats())
+                    .unwrap_or_default()
+            })
+            .collect();
         if let Some(states) = &self.parked {
             for st in states {
                 for (id, slot) in st.runtime.slots.iter().enumerate() {
@@ -719,17 +865,20 @@ impl Pipeline {
     }
 
     /// Remove worker `name` and end its thread. Only the most recently
-    /// added worker can go, and only once no class or task is on it.
+    /// added worker can go, and only once no class or task is on it;
+    /// the other workers run on.
     pub fn remove_worker(&mut self, name: &str) -> Result<(), PipelineError> {
-        let was_running = self.running;
-        self.pause()?;
-        if let Some(states) = self.parked.take() {
-            self.graph
-                .restore(states.into_iter().map(|s| s.runtime).collect());
+        if !self.running {
+            if let Some(states) = self.parked.take() {
+                self.graph
+                    .restore(states.into_iter().map(|s| s.runtime).collect());
+            }
         }
         let removed = self.graph.remove_last_worker(name);
         let n = self.graph.workers.len();
-        if removed.is_ok() {
+        if self.running {
+            self.apply()?;
+        } else {
             while self.threads.len() > n {
                 let mut t = self.threads.pop().expect("len checked");
                 let (dead_tx, _) = mpsc::channel();
@@ -739,10 +888,7 @@ impl Pipeline {
                 }
             }
             self.sched_counters.truncate(n);
-        }
-        self.commit()?;
-        if was_running {
-            self.start()?;
+            self.commit()?;
         }
         Ok(removed?)
     }

@@ -161,6 +161,11 @@ impl SharedPort {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
+    /// A number naming this port while it lives (for plan fingerprints).
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     /// Counters summed over all queues: live while the port is home or
     /// shared under a lock; while workers hold it (or parts of it), as
     /// they last published them ([`Pipeline::publish_port_stats`]), else
@@ -551,6 +556,23 @@ impl Owners {
     /// What `worker` claims of `port`: the whole port when it is the
     /// port's only owner, else its queues (and the port is spread).
     pub fn claim(&self, port: &SharedPort, worker: usize) -> Claim {
+        let claim = self.claim_of(port, worker);
+        if claim != Claim::Whole {
+            port.spread(self.crossed(port));
+        }
+        claim
+    }
+
+    /// What `worker` claims of `port` (as [`Owners::claim`], without
+    /// preparing the port), and whether a spread port would be shared
+    /// under a lock: what a worker's plan holds of it.
+    pub fn plan_of(&self, port: &SharedPort, worker: usize) -> (Claim, bool) {
+        let claim = self.claim_of(port, worker);
+        let locked = claim != Claim::Whole && self.crossed(port);
+        (claim, locked)
+    }
+
+    fn claim_of(&self, port: &SharedPort, worker: usize) -> Claim {
         let users: BTreeSet<usize> = self
             .queues
             .iter()
@@ -560,7 +582,6 @@ impl Owners {
         if users.len() <= 1 {
             return Claim::Whole;
         }
-        port.spread(self.crossed(port));
         let mut qs: Vec<usize> = self
             .queues
             .iter()

@@ -10,7 +10,7 @@ use crate::counters::{GateCounters, ModuleCounters};
 use crate::hooks::Tap;
 use crate::metadata::Attr;
 use crate::module::{Ctx, Module};
-use crate::ports::{Owners, PortTable};
+use crate::ports::{Owners, PortTable, PortUse};
 use nfkit_hw::Batch;
 use std::sync::Arc;
 
@@ -102,13 +102,11 @@ impl Runtime {
         }
     }
 
-    /// Plan the ports `module` declares, as run on worker `w`: the index
+    /// Plan the ports a module declares (`uses`), as run on worker `w`: the index
     /// of each use in this worker's table (none for a queue another
     /// worker owns).
-    pub fn bind_ports(&mut self, owners: &Owners, module: &dyn Module, w: usize) -> Box<[usize]> {
-        module
-            .ports()
-            .iter()
+    pub fn bind_ports(&mut self, owners: &Owners, uses: &[PortUse], w: usize) -> Box<[usize]> {
+        uses.iter()
             .map(|u| {
                 if owners.owns(u, w) {
                     let i = self.ports.plan(&u.port, owners.claim(&u.port, w));

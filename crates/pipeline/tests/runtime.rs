@@ -327,6 +327,69 @@ fn unconnected_gates_do_not_starve_deep_walks() {
 }
 
 #[test]
+fn an_edit_pauses_only_the_workers_whose_part_changes() {
+    // a: s0 -> q (its input side); b: q's task -> out; c: s2 -> out2.
+    let src = "worker a\nworker b\nworker c\n\
+               tc ra = rate_limit(worker=a, resource=packet, limit=100k)\n\
+               tc rc = rate_limit(worker=c, resource=packet, limit=100k)\n\
+               s0::Source() -> q::Queue() -> out::Sink()\n\
+               s2::Source() -> out2::Sink()\n\
+               s0.attach(tc=ra)\nq.attach(worker=b)\ns2.attach(tc=rc)\n";
+    let mut p = build(src, Arc::new(RealClock::default()));
+    p.start().unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let before: Vec<u64> = (0..3).map(|w| p.worker_pauses(w)).collect();
+    // A module no task feeds runs nowhere: adding it pauses nothing.
+    p.edit(|g| g.add_module("mid", Box::new(Timestamp::new())).map(|_| ()))
+        .unwrap();
+    assert_eq!(
+        (0..3).map(|w| p.worker_pauses(w)).collect::<Vec<_>>(),
+        before
+    );
+    // Worker b's part: q -> mid -> out. q spans a and b (its task half
+    // is made from it), so both restart; c runs on.
+    p.edit(|g| {
+        g.disconnect("q", 0)?;
+        g.connect("q", 0, "mid", 0)?;
+        g.connect("mid", 0, "out", 0)
+    })
+    .unwrap();
+    let after: Vec<u64> = (0..3).map(|w| p.worker_pauses(w)).collect();
+    assert_eq!(after[2], before[2], "worker c was paused");
+    assert_eq!(after[1], before[1] + 1, "worker b restarted once");
+    assert_eq!(after[0], before[0] + 1, "worker a (q's input side) too");
+    // Worker c's rate: only c.
+    p.edit(|g| {
+        g.set_tc_policy(
+            "rc",
+            PolicySpec::RateLimit {
+                resource: Resource::Packet,
+                limit: 50_000,
+                max_burst: None,
+            },
+        )
+    })
+    .unwrap();
+    let last: Vec<u64> = (0..3).map(|w| p.worker_pauses(w)).collect();
+    assert_eq!(last, vec![after[0], after[1], after[2] + 1]);
+    std::thread::sleep(Duration::from_millis(30));
+    let s = p.shutdown().unwrap();
+    assert!(s.module("mid").unwrap().received() > 0, "{s}");
+    assert!(s.module("out2").unwrap().consumed > 0, "{s}");
+    // Every packet made is consumed, dropped or still queued.
+    let queued = s
+        .module("q")
+        .unwrap()
+        .extra
+        .iter()
+        .find(|e| e.0 == "queued")
+        .map_or(0, |e| e.1);
+    let made: u64 = s.modules.iter().map(|m| m.created).sum();
+    let gone: u64 = s.modules.iter().map(|m| m.consumed + m.dropped).sum();
+    assert_eq!(made, gone + queued, "{s}");
+}
+
+#[test]
 fn a_queue_consumer_worker_sleeps_and_its_producer_wakes_it() {
     // Worker a: a Source paced at 200 packets/s into a Queue; worker b
     // runs only the Queue's task. b sleeps between packets and the

@@ -48,6 +48,7 @@ fn held(spec: &PortSpec) -> Vec<Held> {
         PortSpec::Pci(a) => vec![Held::Pci(a.to_string())],
         PortSpec::VhostUser(v) => vec![Held::Listen(v.path.clone())],
         PortSpec::VirtioUser(v) => vec![Held::Connect(v.path.clone())],
+        PortSpec::Bond(b) => b.members.iter().flat_map(held).collect(),
         PortSpec::Null(_) | PortSpec::Pcap(_) => Vec::new(),
     }
 }

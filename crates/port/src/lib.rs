@@ -36,6 +36,7 @@
 pub mod afpacket;
 pub mod afxdp;
 pub mod agent;
+pub mod bond;
 mod distinct;
 pub mod fwd;
 pub mod idle;

@@ -124,6 +124,14 @@ pub fn open(spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortEr
                  Registry with the ixgbe opener (the `nfkit` command does this)",
             ))
         }
+        PortSpec::Bond(b) => {
+            let members = b
+                .members
+                .iter()
+                .map(|m| open(m, opts))
+                .collect::<Result<Vec<_>, _>>()?;
+            Box::new(crate::bond::BondPort::new(&name, members, b.opts.clone())?)
+        }
         PortSpec::VhostUser(_) | PortSpec::VirtioUser(_) => {
             return Err(PortError::config(
                 &name,
@@ -175,6 +183,16 @@ impl Registry {
     }
 
     pub fn open(&self, spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortError> {
+        if let PortSpec::Bond(b) = spec {
+            // Members through this registry (vhost-user, 82599s, ...).
+            let members = b
+                .members
+                .iter()
+                .map(|m| self.open(m, opts))
+                .collect::<Result<Vec<_>, _>>()?;
+            let port = crate::bond::BondPort::new(&spec.to_string(), members, b.opts.clone())?;
+            return Ok(Box::new(port));
+        }
         let port = self
             .openers
             .iter()

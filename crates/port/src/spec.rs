@@ -9,12 +9,13 @@
 //! | `pcap-out:FILE` | write TX to FILE (pcap, nanosecond timestamps); receives nothing |
 //! | `pcap:rx=IN,tx=OUT[,timing=file][,loop=N]` | both at once |
 //! | `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2\|3][,block_ms=N]` | AF_PACKET with PACKET_MMAP rings (TPACKET_V2, or V3 RX blocks), N fanout sockets |
-//! | `tap:NAME[,queues=N]` | a kernel TAP interface NAME created by nfkit (N queues: `IFF_MULTI_QUEUE`) |
+//! | `tap:NAME[,queues=N][,tso=1]` | a kernel TAP interface NAME created by nfkit (N queues: `IFF_MULTI_QUEUE`; `tso=1`: the kernel's 64 KB TSO frames come in whole) |
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
 //! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
 //! | `pci:ADDR` | an 82599 or a VirtIO-net device at PCI address ADDR (opened by the CLI's registry) |
 //! | `vhost-user:PATH[,queues=N][,tso=on]` | nfkit serves vhost-user on socket PATH: VMs and virtio-user frontends plug in (CLI registry); `tso=on` offers HOST_TSO4/6 |
 //! | `virtio-user:PATH[,queues=N][,tso=on]` | nfkit drives a vhost-user backend listening on PATH (CLI registry); `tso=on` asks for GUEST_TSO4/6 |
+//! | `bond:[mode=lacp\|balance\|active-backup,][rate=fast\|slow,][monitor_ms=N,][system=MAC,]members=SPEC+SPEC...` | a bond over member ports (`bond`); `members=` comes last, members joined by `+` |
 //!
 //! `loop=0` replays forever; `timing=file` keeps the capture's
 //! inter-packet gaps, `timing=fast` (default) replays as fast as the
@@ -41,6 +42,15 @@ pub enum PortSpec {
     VhostUser(VhostSpec),
     /// A vhost-user socket nfkit connects to, as the driver (frontend).
     VirtioUser(VhostSpec),
+    /// A bond over member ports.
+    Bond(BondSpec),
+}
+
+/// A bond's mode, LACP rate, link monitor interval, system MAC and members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BondSpec {
+    pub opts: crate::bond::BondOptions,
+    pub members: Vec<PortSpec>,
 }
 
 /// A vhost-user socket and the queue pairs to use on it.
@@ -116,6 +126,9 @@ pub struct TapSpec {
     pub name: String,
     /// Queues (`IFF_MULTI_QUEUE`, one file descriptor each) when above 1.
     pub queues: usize,
+    /// `tso=1`: take the kernel's 64 KB TCP segmentation super-frames
+    /// (`TUNSETOFFLOAD` with TSO4/TSO6/TSO_ECN); see [`crate::tap`].
+    pub tso: bool,
 }
 
 /// AF_XDP bind mode.
@@ -163,7 +176,7 @@ pub struct SpecError {
     pub msg: String,
 }
 
-const KINDS: &str = "null:, pcap:FILE, pcap-out:FILE, afpacket:IFACE, tap:NAME, afxdp:IFACE[:QUEUE], sim:N, pci:ADDR, vhost-user:PATH, virtio-user:PATH";
+const KINDS: &str = "null:, pcap:FILE, pcap-out:FILE, afpacket:IFACE, tap:NAME, afxdp:IFACE[:QUEUE], sim:N, pci:ADDR, vhost-user:PATH, virtio-user:PATH, bond:members=A+B";
 /// Linux limit on interface names (IFNAMSIZ - 1).
 const MAX_IFNAME: usize = 15;
 
@@ -177,6 +190,9 @@ impl FromStr for PortSpec {
         let (kind, rest) = s
             .split_once(':')
             .ok_or_else(|| err(format!("missing `kind:`; expected one of {KINDS}")))?;
+        if kind == "bond" {
+            return parse_bond(rest).map_err(err);
+        }
         let (main, opts) = split_options(rest);
         let opts = Options::parse(opts).map_err(err)?;
         let spec = match kind {
@@ -249,6 +265,75 @@ impl Options {
             Some((k, _)) => Err(format!("unknown option `{k}`; this port takes {known}")),
         }
     }
+}
+
+/// Most members of one bond.
+pub const MAX_BOND_MEMBERS: usize = 16;
+
+fn parse_bond(rest: &str) -> Result<PortSpec, String> {
+    use crate::bond::{BondOptions, Mode};
+    let (head, members) = match rest.split_once("members=") {
+        Some((h, m)) => (h, m),
+        None => return Err("missing members=SPEC+SPEC (last option)".into()),
+    };
+    if !head.is_empty() && !head.ends_with(',') {
+        return Err("members= must be a whole option, the last one".into());
+    }
+    let mut o = Options::parse(head)?;
+    let mut opts = BondOptions::default();
+    if let Some(m) = o.take("mode") {
+        opts.mode = match m.as_str() {
+            "lacp" | "802.3ad" => Mode::Lacp,
+            "balance" | "balance-xor" => Mode::Balance,
+            "active-backup" => Mode::ActiveBackup,
+            _ => return Err(format!("mode={m}: expected lacp, balance or active-backup")),
+        };
+    }
+    if let Some(r) = o.take("rate") {
+        opts.fast = match r.as_str() {
+            "fast" => true,
+            "slow" => false,
+            _ => return Err(format!("rate={r}: expected fast or slow")),
+        };
+    }
+    if let Some(ms) = o.take_num::<u64>("monitor_ms", "milliseconds")? {
+        if !(1..=60_000).contains(&ms) {
+            return Err(format!("monitor_ms={ms} must be between 1 and 60000"));
+        }
+        opts.monitor_ms = ms;
+    }
+    if let Some(mac) = o.take("system") {
+        let bytes: Vec<u8> = mac
+            .split(':')
+            .map(|b| u8::from_str_radix(b, 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("system={mac}: expected a MAC address like 02:00:00:00:00:01"))?;
+        let system: [u8; 6] = bytes
+            .try_into()
+            .map_err(|_| format!("system={mac}: expected six bytes"))?;
+        if system[0] & 1 != 0 || system == [0; 6] {
+            return Err(format!("system={mac}: must be a unicast, non-zero address"));
+        }
+        opts.system = Some(system);
+    }
+    o.finish(
+        "mode=lacp|balance|active-backup, rate=fast|slow, monitor_ms=N, system=MAC, members=A+B",
+    )?;
+    let members: Vec<PortSpec> = members
+        .split('+')
+        .map(|m| {
+            m.parse::<PortSpec>()
+                .map_err(|e| format!("member `{m}`: {}", e.msg))
+        })
+        .collect::<Result<_, _>>()?;
+    if members.is_empty() || members.len() > MAX_BOND_MEMBERS {
+        return Err(format!("a bond takes 1 to {MAX_BOND_MEMBERS} members"));
+    }
+    if members.iter().any(|m| matches!(m, PortSpec::Bond(_))) {
+        return Err("a bond cannot be a member of a bond".into());
+    }
+    crate::check_distinct(&members)?;
+    Ok(PortSpec::Bond(BondSpec { opts, members }))
 }
 
 fn parse_null(main: &str, mut o: Options) -> Result<PortSpec, String> {
@@ -374,10 +459,16 @@ fn parse_afpacket(main: &str, mut o: Options) -> Result<PortSpec, String> {
 fn parse_tap(main: &str, mut o: Options) -> Result<PortSpec, String> {
     check_ifname(main)?;
     let queues = take_queues(&mut o)?;
-    o.finish("queues=N")?;
+    let tso = match o.take("tso").as_deref() {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(v) => return Err(format!("tso={v}: expected 0 or 1")),
+    };
+    o.finish("queues=N, tso=0|1")?;
     Ok(PortSpec::Tap(TapSpec {
         name: main.to_string(),
         queues,
+        tso,
     }))
 }
 
@@ -500,6 +591,9 @@ impl fmt::Display for PortSpec {
                 if t.queues != 1 {
                     write!(f, ",queues={}", t.queues)?;
                 }
+                if t.tso {
+                    write!(f, ",tso=1")?;
+                }
                 Ok(())
             }
             PortSpec::AfXdp(x) => {
@@ -526,6 +620,30 @@ impl fmt::Display for PortSpec {
             PortSpec::Pci(a) => write!(f, "pci:{a}"),
             PortSpec::VhostUser(v) => write_vhost(f, "vhost-user", v),
             PortSpec::VirtioUser(v) => write_vhost(f, "virtio-user", v),
+            PortSpec::Bond(b) => {
+                write!(f, "bond:mode={}", b.opts.mode.name())?;
+                if !b.opts.fast {
+                    write!(f, ",rate=slow")?;
+                }
+                if b.opts.monitor_ms != 100 {
+                    write!(f, ",monitor_ms={}", b.opts.monitor_ms)?;
+                }
+                if let Some(s) = b.opts.system {
+                    write!(
+                        f,
+                        ",system={:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                        s[0], s[1], s[2], s[3], s[4], s[5]
+                    )?;
+                }
+                write!(f, ",members=")?;
+                for (i, m) in b.members.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, "+")?;
+                    }
+                    write!(f, "{m}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -568,6 +686,7 @@ mod tests {
             "afpacket:veth0,queues=2,tpacket=3,block_ms=20",
             "tap:nf0",
             "tap:nf0,queues=4",
+            "tap:nf0,tso=1",
             "afxdp:eth1:2",
             "afxdp:eth1:0,queues=2,mode=copy",
             "afxdp:eth1:0,mode=copy,attach=generic,ring=256",

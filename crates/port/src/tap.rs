@@ -23,7 +23,18 @@
 //! become the packet's offload metadata (`L4_CSUM` for a partial
 //! checksum, `L4_CSUM_GOOD` for a verified one); sent, a packet's
 //! `L4_CSUM` request becomes NEEDS_CSUM and the kernel fills it in.
-//! Segmentation is not taken (a buffer holds one frame).
+//!
+//! Segmentation, both ways: `tso=1` adds `TUN_F_TSO4 | TUN_F_TSO6 |
+//! TUN_F_TSO_ECN` to `TUNSETOFFLOAD`, so the kernel hands over its TCP
+//! super-frames (up to 64 KB) whole; each becomes a chain carrying its
+//! segmentation request (`gso` TCP, `gso_size`, header lengths: the
+//! `virtio_net_hdr` mapped one-to-one, lying headers dropped and counted
+//! in `rx_errors`) for the pipeline's `TSO` module or a port that
+//! segments. Without it the kernel segments before nfkit sees a frame.
+//! Sending, a packet's segmentation request becomes the header's
+//! `gso_type`/`gso_size`/`hdr_len` and the kernel takes the frame as one
+//! (a GRO frame, as `LRO` makes them): capabilities `tso` always, `lro`
+//! with `tso=1`.
 
 use crate::open::{software_pool, OpenOptions};
 use crate::spec::TapSpec;
@@ -40,6 +51,9 @@ use std::os::unix::fs::OpenOptionsExt;
 const IFF_MULTI_QUEUE: libc::c_int = 0x0100;
 const IFF_VNET_HDR: libc::c_int = 0x4000;
 const TUN_F_CSUM: libc::c_uint = 0x01;
+const TUN_F_TSO4: libc::c_uint = 0x02;
+const TUN_F_TSO6: libc::c_uint = 0x04;
+const TUN_F_TSO_ECN: libc::c_uint = 0x08;
 
 struct TapQueue {
     file: File,
@@ -65,6 +79,8 @@ pub struct TapPort {
     error: Option<PortError>,
     warned_tx: bool,
     warned_rx: bool,
+    /// The kernel hands over TSO super-frames (`tso=1`).
+    tso: bool,
 }
 
 impl TapPort {
@@ -76,7 +92,12 @@ impl TapPort {
         let mut ifname = spec.name.clone();
         let mut queues = Vec::with_capacity(spec.queues);
         for _ in 0..spec.queues {
-            let (file, got) = open_queue(name, &ifname, flags as libc::c_short)?;
+            let offloads = if spec.tso {
+                TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN
+            } else {
+                TUN_F_CSUM
+            };
+            let (file, got) = open_queue(name, &ifname, flags as libc::c_short, offloads)?;
             // Every queue names the interface the first one got.
             ifname = got;
             queues.push(TapQueue {
@@ -95,6 +116,7 @@ impl TapPort {
             error: None,
             warned_tx: false,
             warned_rx: false,
+            tso: spec.tso,
         })
     }
 
@@ -104,31 +126,47 @@ impl TapPort {
     }
 }
 
-/// The checksum state the kernel's `virtio_net_hdr` gives a received
-/// frame, as offload metadata; a partial checksum at a place nfkit's
-/// parser does not find a TCP/UDP header is completed here instead.
-fn take_vnet_hdr(hdr: &[u8; VNET_HDR_LEN], b: &mut nfkit_hw::PktBuf) {
-    if hdr[0] == 0 {
-        return;
+/// The checksum and segmentation state the kernel's `virtio_net_hdr`
+/// gives a received frame (`frame`, all of it), as offload metadata to
+/// put on its packet; a partial checksum at a place nfkit's parser does
+/// not find a TCP/UDP header is completed here instead. `Err`: the
+/// header asks for segmentation and lies about the frame (or
+/// segmentation was not offered): the frame is dropped.
+fn take_vnet_hdr(
+    hdr: &[u8; VNET_HDR_LEN],
+    frame: &mut [u8],
+    tso: bool,
+) -> Result<Option<ol::Offload>, ()> {
+    let gso = hdr[1] & !offload_meta::VNET_GSO_ECN != offload_meta::VNET_GSO_NONE;
+    if hdr[0] == 0 && !gso {
+        return Ok(None);
     }
-    match offload_meta::from_virtio_net_hdr(hdr, b.data()) {
+    match offload_meta::from_virtio_net_hdr(hdr, frame) {
         Ok(Some(mut o)) => {
-            // Segmentation was not offered: a frame asking for it is
-            // described as it is and dropped at the port that sends it.
-            o.flags &= ol::L4_CSUM | ol::L4_CSUM_GOOD;
-            b.set_offload(o);
+            if o.gso != ol::Gso::None && !(tso && o.gso == ol::Gso::Tcp) {
+                return Err(());
+            }
+            o.flags &= ol::L4_CSUM | ol::L4_CSUM_GOOD | ol::GSO_ECN;
+            Ok(Some(o))
         }
-        Ok(None) => {}
+        Ok(None) => Ok(None),
+        Err(_) if gso => Err(()),
         Err(_) if hdr[0] & offload_meta::VNET_F_NEEDS_CSUM != 0 => {
             let rd = |at: usize| usize::from(u16::from_le_bytes([hdr[at], hdr[at + 1]]));
-            nfkit_packet::offload::complete_partial(b.data_mut(), rd(6), rd(8));
+            nfkit_packet::offload::complete_partial(frame, rd(6), rd(8));
+            Ok(None)
         }
-        Err(_) => {}
+        Err(_) => Ok(None),
     }
 }
 
 /// One descriptor of the TAP interface `ifname` (made by the first).
-fn open_queue(port: &str, ifname: &str, flags: libc::c_short) -> Result<(File, String), PortError> {
+fn open_queue(
+    port: &str,
+    ifname: &str,
+    flags: libc::c_short,
+    offloads: libc::c_uint,
+) -> Result<(File, String), PortError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -154,7 +192,7 @@ fn open_queue(port: &str, ifname: &str, flags: libc::c_short) -> Result<(File, S
         };
         PortError::os(port, format!("cannot create TAP interface `{ifname}`{fix}"), e)
     })?;
-    sys::tun_set_offload(file.as_fd(), TUN_F_CSUM)
+    sys::tun_set_offload(file.as_fd(), offloads)
         .map_err(|e| PortError::os(port, "cannot set the TAP's offloads (TUNSETOFFLOAD)", e))?;
     Ok((file, got))
 }
@@ -221,20 +259,22 @@ impl Port for TapPort {
                     }
                 }
                 Ok(len) if len > room => {
-                    // A jumbo frame: a chain, its partial checksum (the
-                    // kernel's, with TUN_F_CSUM) completed over all of it
-                    // first.
+                    // A jumbo or TSO frame: a chain, carrying the
+                    // kernel's requests (a partial checksum we do not
+                    // parse completed over all of it first).
                     let mut whole = Vec::with_capacity(len);
                     whole.extend_from_slice(b.data());
                     whole.extend_from_slice(&q.spill[..len - room]);
                     self.rx_cache.free(b);
-                    if hdr[0] & offload_meta::VNET_F_NEEDS_CSUM != 0 {
-                        let rd =
-                            |at: usize| usize::from(u16::from_le_bytes([hdr[at], hdr[at + 1]]));
-                        nfkit_packet::offload::complete_partial(&mut whole, rd(6), rd(8));
-                    }
+                    let Ok(state) = take_vnet_hdr(&hdr, &mut whole, self.tso) else {
+                        q.stats.rx_errors += 1;
+                        continue;
+                    };
                     match self.pool.alloc_frame(&whole) {
-                        Ok(c) => {
+                        Ok(mut c) => {
+                            if let Some(o) = state {
+                                c.set_offload(o);
+                            }
                             q.stats.rx_bytes += len as u64;
                             batch.push(c);
                             n += 1;
@@ -244,7 +284,15 @@ impl Port for TapPort {
                 }
                 Ok(len) => {
                     let _ = b.set_len(len);
-                    take_vnet_hdr(&hdr, &mut b);
+                    match take_vnet_hdr(&hdr, b.data_mut(), self.tso) {
+                        Ok(Some(o)) => b.set_offload(o),
+                        Ok(None) => {}
+                        Err(()) => {
+                            q.stats.rx_errors += 1;
+                            self.rx_cache.free(b);
+                            continue;
+                        }
+                    }
                     q.stats.rx_bytes += len as u64;
                     batch.push(b);
                     n += 1;
@@ -278,7 +326,8 @@ impl Port for TapPort {
         let mut sent = 0;
         for b in batch.iter() {
             // Offload state reaching here is what this port does itself
-            // (`capabilities`): the TCP/UDP checksum, by the kernel.
+            // (`capabilities`): the TCP/UDP checksum and TCP
+            // segmentation, by the kernel.
             let hdr = b
                 .offload()
                 .map(offload_meta::to_virtio_net_hdr)
@@ -315,8 +364,14 @@ impl Port for TapPort {
 
     /// Through its `virtio_net_hdr` (the kernel's side of the TAP).
     fn capabilities(&self) -> Caps {
+        let lro = if self.tso { cap::RX_LRO } else { 0 };
         Caps::new(
-            cap::TX_L4_CSUM | cap::TX_INNER_L4_CSUM | cap::RX_L4_CSUM | cap::RX_PARTIAL_CSUM,
+            cap::TX_L4_CSUM
+                | cap::TX_INNER_L4_CSUM
+                | cap::TX_TSO
+                | cap::RX_L4_CSUM
+                | cap::RX_PARTIAL_CSUM
+                | lro,
             0,
         )
     }

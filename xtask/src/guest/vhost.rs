@@ -552,9 +552,9 @@ fn qemu(img: &Image, sock: &Path, tunnel_sock: &Path) -> Command {
 }
 
 /// A network namespace holding one end of a veth pair; removed on drop.
-struct Netns {
-    name: String,
-    host_veth: String,
+pub(super) struct Netns {
+    pub(super) name: String,
+    pub(super) host_veth: String,
 }
 
 impl Netns {
@@ -565,7 +565,7 @@ impl Netns {
 
     /// A namespace `name` with veth `{name}a` here and `{name}b` inside,
     /// holding `addrs`, with MAC `mac` and MTU `mtu` on both ends.
-    fn create_with(name: &str, addrs: &[&str], mac: &str, mtu: u32) -> Result<Netns> {
+    pub(super) fn create_with(name: &str, addrs: &[&str], mac: &str, mtu: u32) -> Result<Netns> {
         let n = Netns {
             name: name.to_string(),
             host_veth: format!("{name}a"),
@@ -664,7 +664,7 @@ fn ip(args: &[&str]) -> Result<()> {
 
 /// `nfkit nf bridge` on the host, serving the vhost-user socket; stopped
 /// (by its process id) on drop.
-struct Bridge {
+pub(super) struct Bridge {
     child: Option<Child>,
     log: PathBuf,
 }
@@ -685,11 +685,16 @@ impl Bridge {
     }
 
     /// `nfkit ARGS`, which serves the vhost-user socket `sock`.
-    fn start_with(nfkit: &Path, sock: &Path, args: &[String], log: &Path) -> Result<Bridge> {
+    pub(super) fn start_with(
+        nfkit: &Path,
+        sock: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> Result<Bridge> {
         let _ = fs::remove_file(sock);
         let out = fs::File::create(log)?;
         let child = Command::new(nfkit)
-            .env("RUST_LOG", "nfkit_virtio=debug")
+            .env("RUST_LOG", "nfkit_virtio=debug,nfkit_port::bond=info")
             .args(args)
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -718,7 +723,7 @@ impl Bridge {
     }
 
     /// Stop nfkit (SIGINT: it prints its summary) and return its output.
-    fn stop(mut self) -> String {
+    pub(super) fn stop(mut self) -> String {
         self.halt();
         fs::read_to_string(&self.log).unwrap_or_default()
     }

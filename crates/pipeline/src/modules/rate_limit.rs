@@ -1,8 +1,12 @@
 //! RateLimit: a shaper for thousands of flows (SoftNIC §6.2). Packets
 //! into gate 0 are classified into flows and wait in their flow's queue;
 //! the module's task sends each flow's packets out of gate 0 paced at the
-//! flow's own rate, earliest due flow first (a heap of send times: a run
-//! costs O(log flows) per packet sent, whatever the number of flows).
+//! flow's own rate, earliest due flow first (a hierarchical timer wheel
+//! of send times, `timer_wheel.rs`, 256 ns ticks: a packet sent costs
+//! O(1) whatever the number of flows, and nothing is allocated per
+//! packet; a flow never leaves before its time, at most a tick late, and
+//! lateness does not accumulate: each send time follows from the last
+//! one, not from when it was sent).
 //!
 //! Classification: by 5-tuple (IPv4 addresses, protocol, ports; every
 //! other packet is one flow), or by `fields=[(offset=N | attr_name=NAME,
@@ -31,12 +35,12 @@
 //! start a flow beyond `flows` (`table_full` also counts those).
 
 use super::classify::{self, ip, Fields, FxMap, Key, MAX_FIELDS};
+use super::timer_wheel::TimerWheel;
 use crate::args::{ArgError, Args, Value};
 use crate::metadata::AttrSpec;
 use crate::module::{no_reply, Ctx, Module, DEFAULT_BURST};
 use nfkit_hw::{Batch, PktBuf};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 crate::modules::declare_class!("RateLimit" => build);
 
@@ -48,6 +52,8 @@ pub const MAX_QUEUE: usize = 1 << 16;
 pub const MAX_BITS: u64 = 400_000_000_000;
 pub const MAX_PACKETS: u64 = 1_000_000_000;
 const NANOS: u128 = 1_000_000_000;
+/// The wheel's tick: 2^8 ns.
+const TICK_SHIFT: u32 = 8;
 
 /// What a flow's rate counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,9 +63,9 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn cost(self, p: &PktBuf) -> u128 {
+    fn cost(self, p: &PktBuf) -> u64 {
         match self {
-            Unit::Bit => p.len() as u128 * 8,
+            Unit::Bit => p.pkt_len() as u64 * 8,
             Unit::Packet => 1,
         }
     }
@@ -76,21 +82,43 @@ struct Flow {
     rate: u64,
     /// Set by command (else it follows the default rate).
     own_rate: bool,
-    /// When the head packet may leave, as nanoseconds × rate (exact:
-    /// sending `c` units adds `c × 10⁹`).
-    due: u128,
+    /// When the head packet may leave: `ns + rem / rate` nanoseconds
+    /// (exact: sending `c` units adds `c × 10⁹ / rate`; `rem < rate`).
+    ns: u64,
+    rem: u64,
     queue: VecDeque<PktBuf>,
 }
 
 impl Flow {
     fn due_ns(&self) -> u64 {
-        let r = self.rate as u128;
-        (self.due.div_ceil(r)).min(u64::MAX as u128) as u64
+        self.ns.saturating_add((self.rem > 0) as u64)
+    }
+    fn due_tick(&self) -> u64 {
+        self.due_ns().div_ceil(1 << TICK_SHIFT)
     }
     fn set_rate(&mut self, rate: u64) {
         // Keep the next send time.
-        self.due = self.due_ns() as u128 * rate as u128;
+        self.ns = self.due_ns();
+        self.rem = 0;
         self.rate = rate;
+    }
+    /// Move the send time by `units` (one u64 division: units × 10⁹
+    /// stays below 2^64 for any frame).
+    fn charge(&mut self, units: u64) {
+        let total = self.rem as u128 + units as u128 * NANOS;
+        let r = self.rate as u128;
+        self.ns = self.ns.saturating_add((total / r).min(u64::MAX as u128) as u64);
+        self.rem = (total % r) as u64;
+    }
+    /// Not earlier than `floor` ns: the credit given up, in units × 10⁹.
+    fn raise_to(&mut self, floor: u64) -> u128 {
+        if self.ns >= floor {
+            return 0;
+        }
+        let lost = (floor - self.ns) as u128 * self.rate as u128 - self.rem as u128;
+        self.ns = floor;
+        self.rem = 0;
+        lost
     }
 }
 
@@ -103,8 +131,8 @@ pub struct RateLimit {
     max_queue: usize,
     default_rate: u64,
     burst_ns: u64,
-    /// Backlogged flows by the time their head may leave.
-    due: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Backlogged flows by the tick their head may leave.
+    due: TimerWheel,
     burst: usize,
     /// Credit lost at the burst cap, in units × 10⁹.
     lost: u128,
@@ -125,7 +153,7 @@ impl RateLimit {
             max_queue: 64,
             default_rate: rate.clamp(1, unit.max()),
             burst_ns: 1_000_000,
-            due: BinaryHeap::new(),
+            due: TimerWheel::new(),
             burst: DEFAULT_BURST,
             lost: 0,
             table_full: 0,
@@ -165,7 +193,8 @@ impl RateLimit {
         self.flows.push(Flow {
             rate,
             own_rate: false,
-            due: now as u128 * rate as u128,
+            ns: now,
+            rem: 0,
             // Grown on demand: thousands of mostly short queues stay small.
             queue: VecDeque::new(),
         });
@@ -189,9 +218,8 @@ impl RateLimit {
         }
         if flow.queue.is_empty() {
             // Idle until now: credit up to the burst, nothing counted.
-            let floor = now.saturating_sub(burst_ns) as u128 * flow.rate as u128;
-            flow.due = flow.due.max(floor);
-            self.due.push(Reverse((flow.due_ns(), f)));
+            flow.raise_to(now.saturating_sub(burst_ns));
+            self.due.insert(f, flow.due_tick());
         }
         flow.queue.push_back(p);
         self.held += 1;
@@ -280,29 +308,22 @@ impl Module for RateLimit {
     }
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
         let now = ctx.now_ns();
-        let floor_ns = now.saturating_sub(self.burst_ns) as u128;
+        let floor_ns = now.saturating_sub(self.burst_ns);
+        self.due.advance(now >> TICK_SHIFT);
         let mut sent = 0;
         while sent < self.burst {
-            let Some(&Reverse((t, f))) = self.due.peek() else {
+            let Some(f) = self.due.pop_ready() else {
                 break;
             };
-            if t > now {
-                break;
-            }
-            self.due.pop();
             let flow = &mut self.flows[f as usize];
             let Some(p) = flow.queue.pop_front() else {
                 continue;
             };
             // Backlogged and late beyond the burst: the excess is lost.
-            let floor = floor_ns * flow.rate as u128;
-            if flow.due < floor {
-                self.lost += floor - flow.due;
-                flow.due = floor;
-            }
-            flow.due += self.unit.cost(&p) * NANOS;
+            self.lost += flow.raise_to(floor_ns);
+            flow.charge(self.unit.cost(&p));
             if !flow.queue.is_empty() {
-                self.due.push(Reverse((flow.due_ns(), f)));
+                self.due.insert(f, flow.due_tick());
             }
             self.held -= 1;
             ctx.emit(0, p);
@@ -368,13 +389,12 @@ impl Module for RateLimit {
 impl RateLimit {
     /// Recompute every backlogged flow's entry (after rates changed).
     fn rebuild_due(&mut self) {
-        self.due = self
-            .flows
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| !f.queue.is_empty())
-            .map(|(i, f)| Reverse((f.due_ns(), i as u32)))
-            .collect();
+        self.due.clear();
+        for (i, f) in self.flows.iter().enumerate() {
+            if !f.queue.is_empty() {
+                self.due.insert(i as u32, f.due_tick());
+            }
+        }
     }
 }
 
@@ -407,5 +427,6 @@ fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Modul
     }
     m.map.reserve(m.max_flows.min(1 << 16));
     m.flows.reserve(m.max_flows.min(1 << 16));
+    m.due.reserve(m.max_flows.min(1 << 16));
     Ok(Box::new(m))
 }

@@ -14,9 +14,9 @@
 //! unchanged. Arguments: `max_segments` (default 64, at most 256).
 //!
 //! A frame makes up to `max_segments` frames, more than one output batch
-//! holds: TSO is a task. Frames wait in a backlog of `backlog` frames
-//! (default 64) and each run (and each input batch) sends as many
-//! segments as the output batch has room for.
+//! holds: TSO is a task. Frames (all, in order) wait in a backlog of
+//! `backlog` frames (default 256) and each run of the task sends as many
+//! segments and frames as the output batch has room for.
 //!
 //! Drops, counted with their reason (statistics): metadata that lies
 //! (`bad_offsets`: checksum start or header length not the frame's, or
@@ -80,6 +80,17 @@ impl Tso {
     fn start(&mut self, ctx: &mut Ctx<'_>) -> bool {
         while let Some(p) = self.backlog.front() {
             let meta = p.offload().copied();
+            if meta.is_none_or(|o| o.gso == Gso::None) {
+                // Nothing to cut: it goes as it is, if there is room.
+                let full = ctx.output(0).is_none_or(|o| o.is_full());
+                if full {
+                    return false;
+                }
+                if let Some(p) = self.backlog.pop_front() {
+                    ctx.emit(0, p);
+                }
+                continue;
+            }
             p.copy_frame_to(&mut self.flat);
             let res = TcpLayout::of(&self.flat).and_then(|lay| {
                 let meta = meta.ok_or(GsoError::NotTcp)?;
@@ -161,18 +172,15 @@ impl Module for Tso {
         "TSO"
     }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
+        // A task's input side sends nothing: its task does, in order.
         for p in batch.drain() {
-            let asks = p.offload().is_some_and(|o| o.gso != Gso::None);
-            if !asks && self.backlog.is_empty() {
-                ctx.emit(0, p);
-            } else if self.backlog.len() < self.backlog_cap {
+            if self.backlog.len() < self.backlog_cap {
                 self.backlog.push_back(p);
             } else {
                 self.backlog_full += 1;
                 ctx.drop_packet(p);
             }
         }
-        self.drain(ctx);
     }
     fn is_task(&self) -> bool {
         true
@@ -200,7 +208,7 @@ fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Modul
     if !(1..=256).contains(&max) {
         return Err(ArgError::new("max_segments", format!("{max} is not 1..=256")));
     }
-    let backlog = args.u64_or("backlog", 64)?;
+    let backlog = args.u64_or("backlog", 256)?;
     if !(1..=4096).contains(&backlog) {
         return Err(ArgError::new("backlog", format!("{backlog} is not 1..=4096")));
     }

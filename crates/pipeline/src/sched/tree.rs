@@ -69,6 +69,9 @@ pub struct TcTree {
     names: HashMap<String, TcId>,
     /// Per class: no runnable leaf below it now.
     blocked: Vec<bool>,
+    /// Per class: children not blocked (so a wake-up or a throttle costs
+    /// O(depth), not a scan of the siblings).
+    runnable_children: Vec<u32>,
     /// Rate-limited classes waiting for tokens: (time, class), earliest
     /// first (a heap: waking costs O(log n) per due class, not a scan of
     /// every throttled class each round).
@@ -82,6 +85,7 @@ impl TcTree {
             classes: Vec::new(),
             names: HashMap::new(),
             blocked: Vec::new(),
+            runnable_children: Vec::new(),
             wakeups: BinaryHeap::new(),
         };
         t.push(root, None, make_policy(&policy), None);
@@ -184,19 +188,7 @@ impl TcTree {
             counters: counters.unwrap_or_default(),
         });
         self.blocked.push(true);
-    }
-
-    /// Whether some child of `id` can run (no allocation: this runs on
-    /// every throttle and wake-up).
-    fn any_child_runnable(&self, id: TcId) -> bool {
-        let runnable = |c: TcId| !self.blocked[c];
-        match &self.classes[id].policy {
-            Policy::Priority(p) => p.children().any(runnable),
-            Policy::WeightedFair(p) => p.children().any(runnable),
-            Policy::RoundRobin(p) => p.children().any(runnable),
-            Policy::RateLimit(_, c) => c.is_some_and(runnable),
-            Policy::Leaf(_) => true,
-        }
+        self.runnable_children.push(0);
     }
 
     /// Recompute whether `id` can run, and propagate a change upward.
@@ -207,14 +199,21 @@ impl TcTree {
                 Policy::RateLimit(rl, child) => {
                     rl.throttled() || child.is_none_or(|c| self.blocked[c])
                 }
-                _ => !self.any_child_runnable(id),
+                _ => self.runnable_children[id] == 0,
             };
-            let changed = self.blocked[id] != blocked;
-            self.blocked[id] = blocked;
-            match self.classes[id].parent {
-                Some(p) if changed => id = p,
-                _ => return,
+            if self.blocked[id] == blocked {
+                return;
             }
+            self.blocked[id] = blocked;
+            let Some(p) = self.classes[id].parent else {
+                return;
+            };
+            if blocked {
+                self.runnable_children[p] -= 1;
+            } else {
+                self.runnable_children[p] += 1;
+            }
+            id = p;
         }
     }
 

@@ -167,6 +167,31 @@ impl Queue {
                 None => short = true,
             }
         };
+        // TCP in a VXLAN/Geneve tunnel (the kernel's UDP-tunnel GSO:
+        // `gso_type` TCPV4/TCPV6, with 6.16's tunnel bits 0x20/0x40 or
+        // without): cut with the tunnel-aware segmentation.
+        let tcp = matches!(gso_type & 0x0f, 1 | 4);
+        if tcp {
+            if let Ok(lay) = nfkit_packet::gso::TcpLayout::of(frame) {
+                if lay.o.tunnel != ol::Tunnel::None {
+                    let cut = nfkit_packet::gso::segment(
+                        frame,
+                        &lay,
+                        mss,
+                        MAX_SEGMENTS,
+                        &mut self.scratch,
+                        &mut push,
+                    );
+                    if cut.is_err() {
+                        return false;
+                    }
+                    if short {
+                        self.stats.rx_dropped += 1;
+                    }
+                    return true;
+                }
+            }
+        }
         match GsoKind::from_vnet(gso_type) {
             Some(kind) => {
                 if offload::segment(frame, kind, mss, MAX_SEGMENTS, &mut self.scratch, &mut push)

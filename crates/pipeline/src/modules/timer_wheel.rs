@@ -1,0 +1,301 @@
+//! A hierarchical timer wheel of items (`u32` ids) due at integer ticks:
+//! O(1) insertion, and each item moves down at most one level per pass
+//! of time, so a run costs O(1) per item that falls due whatever the
+//! number of items held (a heap costs O(log n) each). No allocation
+//! once every id has been seen: the lists are links in one vector.
+//!
+//! Layout: [`LEVELS`] levels of 64 slots; an item due at tick `t` sits at
+//! the level of the highest 6-bit digit in which `t` differs from the
+//! wheel's current tick, in the slot of `t`'s digit there. When time
+//! reaches a slot's start, its items move to lower levels (or, at level
+//! 0, to the ready list, first in first out). A bitmap per level finds
+//! the next non-empty slot, so idle stretches cost nothing.
+
+const BITS: u32 = 6;
+const SLOTS: usize = 1 << BITS;
+/// Enough levels for any `u64` tick.
+pub const LEVELS: usize = 64_usize.div_ceil(BITS as usize);
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Copy)]
+struct List {
+    head: u32,
+    tail: u32,
+}
+
+const EMPTY: List = List {
+    head: NIL,
+    tail: NIL,
+};
+
+pub struct TimerWheel {
+    /// The current tick: every item held is due after it (or ready).
+    now: u64,
+    /// Per item: the next item of its list.
+    link: Vec<u32>,
+    /// Per item: the tick it is due at.
+    due: Vec<u64>,
+    slots: Vec<List>,
+    bitmap: [u64; LEVELS],
+    /// Levels with a non-empty slot.
+    levels: u32,
+    ready: List,
+    /// The earliest slot start at which something moves (`u64::MAX`: none).
+    next: u64,
+    held: usize,
+}
+
+impl Default for TimerWheel {
+    fn default() -> Self {
+        TimerWheel::new()
+    }
+}
+
+impl TimerWheel {
+    pub fn new() -> TimerWheel {
+        TimerWheel {
+            now: 0,
+            link: Vec::new(),
+            due: Vec::new(),
+            slots: vec![EMPTY; LEVELS * SLOTS],
+            bitmap: [0; LEVELS],
+            levels: 0,
+            ready: EMPTY,
+            next: u64::MAX,
+            held: 0,
+        }
+    }
+
+    /// Room for ids below `n` without allocating later.
+    pub fn reserve(&mut self, n: usize) {
+        self.link.reserve(n.saturating_sub(self.link.len()));
+        self.due.reserve(n.saturating_sub(self.due.len()));
+    }
+
+    /// Items held (waiting or ready).
+    pub fn len(&self) -> usize {
+        self.held
+    }
+    pub fn is_empty(&self) -> bool {
+        self.held == 0
+    }
+
+    /// The current tick.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Forget every item (the current tick stays).
+    pub fn clear(&mut self) {
+        for l in 0..LEVELS {
+            let mut bits = self.bitmap[l];
+            while bits != 0 {
+                let s = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                self.slots[l * SLOTS + s] = EMPTY;
+            }
+            self.bitmap[l] = 0;
+        }
+        self.levels = 0;
+        self.ready = EMPTY;
+        self.next = u64::MAX;
+        self.held = 0;
+    }
+
+    /// Hold `item` (not already held) until tick `at`; at or before the
+    /// current tick it is ready at once.
+    pub fn insert(&mut self, item: u32, at: u64) {
+        let i = item as usize;
+        if i >= self.link.len() {
+            self.link.resize(i + 1, NIL);
+            self.due.resize(i + 1, 0);
+        }
+        self.due[i] = at;
+        self.held += 1;
+        self.place(item, at);
+    }
+
+    fn place(&mut self, item: u32, at: u64) {
+        if at <= self.now {
+            push(&mut self.link, &mut self.ready, item);
+            return;
+        }
+        let level = ((63 - (at ^ self.now).leading_zeros()) / BITS) as usize;
+        let slot = ((at >> (BITS as usize * level)) as usize) & (SLOTS - 1);
+        push(&mut self.link, &mut self.slots[level * SLOTS + slot], item);
+        self.bitmap[level] |= 1 << slot;
+        self.levels |= 1 << level;
+        self.next = self.next.min(self.start(level, slot));
+    }
+
+    /// The tick at which slot `slot` of `level` begins, in the current
+    /// block of the level above.
+    fn start(&self, level: usize, slot: usize) -> u64 {
+        let above = BITS as usize * (level + 1);
+        let block = if above >= 64 {
+            0
+        } else {
+            self.now & !((1u64 << above) - 1)
+        };
+        block | ((slot as u64) << (BITS as usize * level))
+    }
+
+    fn earliest(&self) -> u64 {
+        let mut next = u64::MAX;
+        let mut levels = self.levels;
+        while levels != 0 {
+            let l = levels.trailing_zeros() as usize;
+            levels &= levels - 1;
+            let s = self.bitmap[l].trailing_zeros() as usize;
+            next = next.min(self.start(l, s));
+        }
+        next
+    }
+
+    /// Move time to tick `to` (never backwards): every item due by then
+    /// becomes ready, in order of due slot.
+    pub fn advance(&mut self, to: u64) {
+        // `next` is u64::MAX both for nothing held and for a slot that
+        // starts at the last tick: the level mask tells them apart.
+        while self.levels != 0 && self.next <= to {
+            let at = self.next;
+            self.now = at;
+            let mut levels = self.levels;
+            // Highest first: a higher slot's items may land in a lower
+            // level's slot that starts at this same tick (then ready).
+            while levels != 0 {
+                let l = 31 - levels.leading_zeros() as usize;
+                levels &= !(1 << l);
+                let s = self.bitmap[l].trailing_zeros() as usize;
+                if self.start(l, s) != at {
+                    continue;
+                }
+                let list = std::mem::replace(&mut self.slots[l * SLOTS + s], EMPTY);
+                self.bitmap[l] &= !(1 << s);
+                if self.bitmap[l] == 0 {
+                    self.levels &= !(1 << l);
+                }
+                if l == 0 {
+                    splice(&mut self.link, &mut self.ready, list);
+                } else {
+                    let mut it = list.head;
+                    while it != NIL {
+                        let following = self.link[it as usize];
+                        self.place(it, self.due[it as usize]);
+                        it = following;
+                    }
+                }
+            }
+            self.next = self.earliest();
+        }
+        self.now = self.now.max(to);
+    }
+
+    /// The next ready item, first due first.
+    pub fn pop_ready(&mut self) -> Option<u32> {
+        let item = self.ready.head;
+        if item == NIL {
+            return None;
+        }
+        self.ready.head = self.link[item as usize];
+        if self.ready.head == NIL {
+            self.ready.tail = NIL;
+        }
+        self.held -= 1;
+        Some(item)
+    }
+
+    /// Whether an item is ready.
+    pub fn has_ready(&self) -> bool {
+        self.ready.head != NIL
+    }
+
+    /// The tick something next falls due: the current one if an item is
+    /// ready, `None` if nothing is held.
+    pub fn next_due(&self) -> Option<u64> {
+        if self.has_ready() {
+            Some(self.now)
+        } else if self.levels == 0 {
+            None
+        } else {
+            Some(self.next)
+        }
+    }
+}
+
+fn push(link: &mut [u32], list: &mut List, item: u32) {
+    link[item as usize] = NIL;
+    if list.tail == NIL {
+        list.head = item;
+    } else {
+        link[list.tail as usize] = item;
+    }
+    list.tail = item;
+}
+
+fn splice(link: &mut [u32], list: &mut List, other: List) {
+    if other.head == NIL {
+        return;
+    }
+    if list.tail == NIL {
+        list.head = other.head;
+    } else {
+        link[list.tail as usize] = other.head;
+    }
+    list.tail = other.tail;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against a sorted reference: every item comes out once, no earlier
+    /// than its tick and before any item due later.
+    #[test]
+    fn items_come_out_in_due_order_at_their_tick() {
+        let mut w = TimerWheel::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut due = Vec::new();
+        for i in 0..5000u32 {
+            let span = [10, 1_000, 100_000, 10_000_000, 1 << 40][i as usize % 5];
+            let at = 5 + rand() % span;
+            due.push(at);
+            w.insert(i, at);
+        }
+        let mut out = Vec::new();
+        let mut t = 0u64;
+        while !w.is_empty() {
+            t = match w.next_due() {
+                Some(n) if n > t => n + rand() % 3,
+                _ => t,
+            };
+            w.advance(t);
+            while let Some(i) = w.pop_ready() {
+                assert!(due[i as usize] <= t, "item {i} early");
+                out.push(i);
+            }
+        }
+        assert_eq!(out.len(), 5000);
+        for pair in out.windows(2) {
+            // In order of due tick, up to the 3 ticks a step may jump.
+            assert!(due[pair[0] as usize] <= due[pair[1] as usize] + 3);
+        }
+        // Reinsert after time moved: relative to the new tick.
+        w.insert(7, t + 100);
+        w.advance(t + 99);
+        assert_eq!(w.pop_ready(), None);
+        w.advance(t + 100);
+        assert_eq!(w.pop_ready(), Some(7));
+        w.insert(1, u64::MAX);
+        w.advance(u64::MAX);
+        assert_eq!(w.pop_ready(), Some(1));
+        w.clear();
+        assert!(w.is_empty());
+    }
+}
