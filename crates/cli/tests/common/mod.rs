@@ -15,8 +15,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
 }
 
 /// A namespace with one veth end addressed in it; the other end stays in
-/// the test's namespace for nfkit. Offloads are off on the namespace end
-/// (complete frames and checksums through a user-space forwarder) and
+/// the test's namespace for nfkit. Offloads stay at their defaults;
 /// IPv6 is off (no router solicitations in the counters).
 pub struct Host {
     pub veth: Veth,
