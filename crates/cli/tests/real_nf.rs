@@ -657,8 +657,8 @@ fn partial_tcp_checksum(f: &[u8]) -> bool {
 }
 
 /// Issue 14: TCP between two namespaces through the `nfkit fwd` binary
-/// over AF_PACKET and AF_XDP (copy mode), every interface at the settings
-/// a user leaves (transmit checksum offload, TSO and GSO on): the file
+/// over AF_PACKET, AF_XDP (copy mode) and TAP, every interface at the
+/// settings a user leaves (checksum offload, TSO and GSO on): the file
 /// arrives byte-exact both ways and neither kernel counts a checksum error.
 #[test]
 fn fwd_carries_tcp_at_default_offloads() {
@@ -673,42 +673,67 @@ fn fwd_carries_tcp_at_default_offloads() {
             "afxdp" => format!("afxdp:{},mode=copy", h.outside),
             _ => format!("afpacket:{}", h.outside),
         };
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nfkit"));
-        cmd.args(["fwd", &spec(&hosts[0]), &spec(&hosts[1]), "--seconds", "60"]);
-        let fwd = Proc::spawn(cmd, &format!("nfkit fwd over {kind}"));
-        std::thread::sleep(Duration::from_millis(700));
-        let ping = hosts[0]
-            .ns
-            .run(&["ping", "-c", "3", "-i", "0.2", "-W", "2", &hosts[1].ip]);
-        assert!(ping.is_ok(), "{kind}: ping through nfkit fwd: {ping:?}");
-        for (from, to) in [(0, 1), (1, 0)] {
-            tcp_file(&hosts[from], &hosts[to], kind);
-        }
-        let out = fwd.interrupt(Duration::from_secs(20));
-        for h in &hosts {
-            let nstat = h.ns.run(&["nstat", "-az"]).unwrap_or_default();
-            let errors: u64 = nstat
-                .lines()
-                .filter(|l| l.contains("InCsumErrors"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .sum();
-            assert_eq!(
-                errors, 0,
-                "{kind}: checksum errors at {}:\n{nstat}\n{out}",
-                h.ip
-            );
-        }
+        let fwd = start_fwd(&spec(&hosts[0]), &spec(&hosts[1]), kind);
+        let ends = [(&hosts[0].ns, "10.97.0.1"), (&hosts[1].ns, "10.97.0.2")];
+        tcp_both_ways(ends, fwd, kind);
+    }
+    // TAP: nfkit makes the interfaces; the test moves them into its
+    // namespaces and addresses them there.
+    use nfkit_testkit::{unique_name, Netns};
+    let (na, nb) = (Netns::new().unwrap(), Netns::new().unwrap());
+    let (ta, tb) = (unique_name("t"), unique_name("t"));
+    let fwd = start_fwd(&format!("tap:{ta}"), &format!("tap:{tb}"), "tap");
+    for (tap, ns, ip) in [(&ta, &na, "10.97.0.1/24"), (&tb, &nb, "10.97.0.2/24")] {
+        nfkit_testkit::ip(&["link", "set", tap, "netns", ns.name()]).unwrap();
+        ns.run(&["ip", "addr", "add", ip, "dev", tap]).unwrap();
+        ns.run(&["ip", "link", "set", tap, "up"]).unwrap();
+    }
+    tcp_both_ways([(&na, "10.97.0.1"), (&nb, "10.97.0.2")], fwd, "tap");
+}
+
+fn start_fwd(a: &str, b: &str, kind: &str) -> Proc {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_nfkit"));
+    cmd.args(["fwd", a, b, "--seconds", "60"]);
+    let fwd = Proc::spawn(cmd, &format!("nfkit fwd over {kind}"));
+    // Let it open its ports before traffic starts.
+    std::thread::sleep(Duration::from_millis(700));
+    fwd
+}
+
+/// A ping, then a file each way, then the checksum error counts of both
+/// namespaces' kernels; `fwd` is stopped (SIGINT) in between.
+fn tcp_both_ways(ends: [(&nfkit_testkit::Netns, &str); 2], fwd: Proc, kind: &str) {
+    let ping = ends[0]
+        .0
+        .run(&["ping", "-c", "3", "-i", "0.2", "-W", "2", ends[1].1]);
+    assert!(ping.is_ok(), "{kind}: ping through nfkit fwd: {ping:?}");
+    for (from, to) in [(0, 1), (1, 0)] {
+        tcp_file(ends[from].0, ends[to].0, ends[to].1, kind);
+    }
+    let out = fwd.interrupt(Duration::from_secs(20));
+    for (ns, ip) in ends {
+        let nstat = ns.run(&["nstat", "-az"]).unwrap_or_default();
+        let errors: u64 = nstat
+            .lines()
+            .filter(|l| l.contains("InCsumErrors"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        assert_eq!(
+            errors, 0,
+            "{kind}: checksum errors at {ip}:\n{nstat}\n{out}"
+        );
     }
 }
 
-/// 2 MB of pseudo-random bytes over TCP from `a` to `b` (socat), compared.
-fn tcp_file(a: &Host, b: &Host, kind: &str) {
+/// 2 MB of pseudo-random bytes over TCP from `a` to `b` (at `b_ip`, socat),
+/// compared.
+fn tcp_file(a: &nfkit_testkit::Netns, b: &nfkit_testkit::Netns, b_ip: &str, kind: &str) {
     let dir = tempfile::tempdir().unwrap();
     let (src, dst) = (dir.path().join("in.bin"), dir.path().join("out.bin"));
     let data = random_bytes(2_000_000);
     std::fs::write(&src, &data).unwrap();
     let server = Proc::in_ns(
-        &b.ns,
+        b,
         &[
             "socat",
             "-u",
@@ -717,17 +742,17 @@ fn tcp_file(a: &Host, b: &Host, kind: &str) {
         ],
     );
     std::thread::sleep(Duration::from_millis(200));
-    let sent = a.ns.run(&[
+    let sent = a.run(&[
         "timeout",
         "30",
         "socat",
         "-u",
         &format!("OPEN:{}", src.display()),
-        &format!("TCP:{}:5001,retry=20,interval=0.1", b.ip),
+        &format!("TCP:{b_ip}:5001,retry=20,interval=0.1"),
     ]);
-    assert!(sent.is_ok(), "{kind}: {} -> {}: {sent:?}", a.ip, b.ip);
+    assert!(sent.is_ok(), "{kind}: to {b_ip}: {sent:?}");
     server.wait(Duration::from_secs(20));
     let got = std::fs::read(&dst).unwrap_or_default();
-    assert_eq!(got.len(), data.len(), "{kind}: bytes {} -> {}", a.ip, b.ip);
-    assert!(got == data, "{kind}: the file differs {} -> {}", a.ip, b.ip);
+    assert_eq!(got.len(), data.len(), "{kind}: bytes to {b_ip}");
+    assert!(got == data, "{kind}: the file differs at {b_ip}");
 }
