@@ -249,7 +249,10 @@ pub fn finish_for(p: &mut nfkit_hw::PktBuf, caps: Caps) -> Result<(), OffloadErr
     let Some(mut o) = p.take_offload() else {
         return Ok(());
     };
+    // The headers must be in the first segment (`check` against its
+    // length); the checksummed data may run on through a chain.
     o.check(p.len())?;
+    let frame_len = p.pkt_len();
     if !caps.segments(&o) {
         return Err(OffloadError::Unsupported);
     }
@@ -268,7 +271,7 @@ pub fn finish_for(p: &mut nfkit_hw::PktBuf, caps: Caps) -> Result<(), OffloadErr
         ipv4_csum(d, o.l3_start())?;
     }
     if software & flags::L4_CSUM != 0 {
-        l4_csum(d, &o)?;
+        l4_csum(p, &o, frame_len)?;
     }
     if software & flags::VLAN_INSERT != 0 {
         p.prepend(4).map_err(|_| OffloadError::Unsupported)?;
@@ -284,7 +287,9 @@ pub fn finish_for(p: &mut nfkit_hw::PktBuf, caps: Caps) -> Result<(), OffloadErr
     }
     o.flags = (o.flags & TX_FLAGS & !software) | (o.flags & flags::GSO_ECN);
     if o.has(flags::L4_CSUM) {
-        seed_pseudo(p.data_mut(), &o)?;
+        // After a tag went in: the frame's length now.
+        let frame_len = p.pkt_len();
+        seed_pseudo(p.data_mut(), &o, frame_len)?;
     }
     if o.flags & TX_FLAGS != 0 || o.gso != Gso::None {
         p.set_offload(o);
@@ -305,7 +310,14 @@ fn ipv4_csum(d: &mut [u8], l3: usize) -> Result<(), OffloadError> {
 
 /// The pseudo-header sum of the (inner) TCP/UDP header, and where its
 /// checksum field and its data end.
-fn l4_pseudo(d: &[u8], o: &Offload) -> Result<(crate::checksum::Sum, usize, usize), OffloadError> {
+/// The pseudo-header sum of the (inner) TCP/UDP segment whose headers
+/// are in `d` (the first segment) and whose frame is `frame_len` bytes
+/// in all; where its checksum field is, and where the segment ends.
+fn l4_pseudo(
+    d: &[u8],
+    o: &Offload,
+    frame_len: usize,
+) -> Result<(crate::checksum::Sum, usize, usize), OffloadError> {
     use crate::checksum::Sum;
     let (l3, l4) = (o.l3_start(), o.l4_start());
     let (pseudo, end) = match o.l3 {
@@ -328,21 +340,55 @@ fn l4_pseudo(d: &[u8], o: &Offload) -> Result<(crate::checksum::Sum, usize, usiz
         L3::None => return Err(OffloadError::Mismatch),
     };
     let at = l4 + usize::from(o.l4.csum_offset().ok_or(OffloadError::NoL4)?);
-    if end > d.len() || end < at + 2 {
+    if end > frame_len || end < at + 2 || at + 2 > d.len() {
         return Err(OffloadError::Mismatch);
     }
     Ok((pseudo, at, end))
 }
 
-fn l4_csum(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
-    let (pseudo, at, end) = l4_pseudo(d, o)?;
-    d[at..at + 2].fill(0);
-    let mut c = pseudo.add_bytes(&d[o.l4_start()..end]).checksum();
+fn l4_csum(p: &mut nfkit_hw::PktBuf, o: &Offload, frame_len: usize) -> Result<(), OffloadError> {
+    let (pseudo, at, end) = l4_pseudo(p.data(), o, frame_len)?;
+    p.data_mut()[at..at + 2].fill(0);
+    let mut c = sum_range(p, o.l4_start(), end, pseudo).checksum();
     if c == 0 && o.l4 == L4::Udp {
         c = 0xffff;
     }
-    d[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    p.data_mut()[at..at + 2].copy_from_slice(&c.to_be_bytes());
     Ok(())
+}
+
+/// `sum` with bytes `from..to` of the frame added, over its segments
+/// (a word split between two segments is put together first).
+fn sum_range(
+    p: &nfkit_hw::PktBuf,
+    from: usize,
+    to: usize,
+    mut sum: crate::checksum::Sum,
+) -> crate::checksum::Sum {
+    if !p.is_chained() {
+        return sum.add_bytes(&p.data()[from..to]);
+    }
+    let (mut at, mut odd) = (0usize, None::<u8>);
+    for seg in p.segments() {
+        let (start, end) = (from.max(at), to.min(at + seg.len()));
+        if start < end {
+            let mut bytes = &seg[start - at..end - at];
+            if let Some(hi) = odd.take() {
+                sum = sum.add_u16(u16::from_be_bytes([hi, bytes[0]]));
+                bytes = &bytes[1..];
+            }
+            if bytes.len() % 2 == 1 {
+                odd = bytes.last().copied();
+                bytes = &bytes[..bytes.len() - 1];
+            }
+            sum = sum.add_bytes(bytes);
+        }
+        at += seg.len();
+    }
+    match odd {
+        Some(last) => sum.add_bytes(&[last]),
+        None => sum,
+    }
 }
 
 /// Put the pseudo-header sum (folded, not complemented) in the (inner)
@@ -351,8 +397,8 @@ fn l4_csum(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
 /// `CHECKSUM_PARTIAL`, VirtIO's NEEDS_CSUM, the 82599's TXSM). Whatever
 /// a module wrote there since (an incremental update after NAT) is
 /// replaced.
-fn seed_pseudo(d: &mut [u8], o: &Offload) -> Result<(), OffloadError> {
-    let (pseudo, at, _) = l4_pseudo(d, o)?;
+fn seed_pseudo(d: &mut [u8], o: &Offload, frame_len: usize) -> Result<(), OffloadError> {
+    let (pseudo, at, _) = l4_pseudo(d, o, frame_len)?;
     d[at..at + 2].copy_from_slice(&pseudo.fold().to_be_bytes());
     Ok(())
 }
@@ -507,5 +553,33 @@ mod tests {
         q.set_offload(o);
         finish_for(&mut q, Caps::new(cap::TX_TSO, 0)).unwrap();
         assert_eq!(q.offload().map(|o| o.gso), Some(Gso::Tcp));
+    }
+
+    /// A jumbo frame in a chain: its TCP checksum is done over every
+    /// segment, in software or, for a port that fills it in, seeded
+    /// with the pseudo-header sum of the whole segment's length.
+    #[test]
+    fn chained_frames_get_checksums_over_every_segment() {
+        let dma = nfkit_hw::sim::SimDma::new();
+        let pool = nfkit_hw::Mempool::new(&*dma, "t", 32, 2048).unwrap();
+        let (a, z) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let payload: Vec<u8> = (0..9001u32).map(|i| (i * 7 + 3) as u8).collect();
+        let f = FrameBuilder::tcp((a, 1000), (z, 2000))
+            .payload(&payload)
+            .build();
+        let whole = |p: &nfkit_hw::PktBuf| p.segments().flatten().copied().collect::<Vec<u8>>();
+        for caps in [Caps::NONE, Caps::new(cap::TX_L4_CSUM, 0)] {
+            let mut p = pool.alloc_frame(&f).unwrap();
+            assert!(p.is_chained());
+            p.data_mut()[50..52].fill(0xee);
+            let mut o = describe(&f).unwrap();
+            o.flags = flags::L4_CSUM;
+            p.set_offload(o);
+            finish_for(&mut p, caps).unwrap();
+            if p.offload().is_some() {
+                finish_in_software(&mut p).unwrap();
+            }
+            assert_eq!(whole(&p), f, "{caps:?}");
+        }
     }
 }

@@ -45,6 +45,60 @@ fn mac_le(mac: &str) -> u64 {
     b.iter().rev().fold(0, |v, x| v << 8 | x)
 }
 
+/// The kernel's end of the tunnel in `b`: `vx0` (VNI 42, UDP 4789) over
+/// `dev` from 192.168.N.2 to nfkit's 192.168.N.1, overlay 10.N.0.2/24;
+/// false when this kernel has no vxlan devices.
+fn kernel_vxlan_end(b: &Netns, dev: &str, n: u8) -> bool {
+    let (remote, local) = (format!("192.168.{n}.1"), format!("192.168.{n}.2"));
+    let vx = [
+        "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "remote", &remote, "local",
+        &local, "dstport", "4789", "dev", dev,
+    ];
+    if b.run(&vx).is_err() {
+        return false;
+    }
+    b.run(&["ip", "addr", "add", &format!("10.{n}.0.2/24"), "dev", "vx0"])
+        .unwrap();
+    b.run(&["ip", "link", "set", "vx0", "up"]).unwrap();
+    true
+}
+
+/// nfkit's side: overlay port `pa`'s frames encapsulated towards
+/// `dst_mac` (then `encap_tail`, ending in EtherEncap and what follows)
+/// onto the underlay AF_PACKET port on `hb`; the underlay's VXLAN
+/// decapsulated (then `decap_tail`) back to `pa`; ARP for nfkit's
+/// underlay address 192.168.N.1 answered as `nfkit_mac`.
+fn overlay_nfk(
+    pa: &str,
+    hb: &str,
+    n: u8,
+    nfkit_mac: &str,
+    dst_mac: &str,
+    encap_tail: &str,
+    decap_tail: &str,
+) -> String {
+    format!(
+        r#"
+port pa = "{pa}"
+port pb = "afpacket:{hb}"
+outa::PortOut(port=pa)
+outb::PortOut(port=pb)
+PortInc(port=pa)
+  -> SetMetadata(attribute=tun_ip_src, size=4, value=0x01{n:02x}a8c0)
+  -> SetMetadata(attribute=tun_ip_dst, size=4, value=0x02{n:02x}a8c0)
+  -> SetMetadata(attribute=tun_id, size=4, value=0x2a000000)
+  -> SetMetadata(attribute=ether_src, size=6, value={src_mac})
+  -> SetMetadata(attribute=ether_dst, size=6, value={dst_mac})
+  -> enc::VXLANEncap() -> IPEncap() -> {encap_tail} -> outb
+PortInc(port=pb) -> sel::BPF(gates=3, filters=[(filter="udp dst port 4789", gate=1), (filter="arp", gate=2)])
+sel:1 -> dec::VXLANDecap(){decap_tail} -> outa
+sel:2 -> ArpResponder(ip="192.168.{n}.1", mac_addr="{nfkit_mac}") -> outb
+"#,
+        src_mac = mac_le(nfkit_mac),
+        dst_mac = mac_le(dst_mac),
+    )
+}
+
 #[test]
 fn kernel_vxlan_is_the_far_end_of_nfkit_tunnel() {
     kernel_vxlan(true);
@@ -72,54 +126,19 @@ fn kernel_vxlan(turn_offloads_off: bool) {
     }
     a.run(&["ip", "link", "set", "dev", &va.a, "mtu", "1450"])
         .unwrap();
-    if b.run(&[
-        "ip",
-        "link",
-        "add",
-        "vx0",
-        "type",
-        "vxlan",
-        "id",
-        "42",
-        "remote",
-        "192.168.98.1",
-        "local",
-        "192.168.98.2",
-        "dstport",
-        "4789",
-        "dev",
-        &vb.a,
-    ])
-    .is_err()
-    {
+    if !kernel_vxlan_end(&b, &vb.a, 98) {
         nfkit_testkit::skip!("this kernel has no vxlan devices");
     }
-    b.run(&["ip", "addr", "add", "10.98.0.2/24", "dev", "vx0"])
-        .unwrap();
-    b.run(&["ip", "link", "set", "vx0", "up"]).unwrap();
     let mac_b = mac_of(&b, &vb.a);
     let nfkit_mac = "02:00:00:98:00:01";
-    let src = format!(
-        r#"
-port pa = "afpacket:{ha}"
-port pb = "afpacket:{hb}"
-outa::PortOut(port=pa)
-outb::PortOut(port=pb)
-PortInc(port=pa)
-  -> SetMetadata(attribute=tun_ip_src, size=4, value=0x0162a8c0)
-  -> SetMetadata(attribute=tun_ip_dst, size=4, value=0x0262a8c0)
-  -> SetMetadata(attribute=tun_id, size=4, value=0x2a000000)
-  -> SetMetadata(attribute=ether_src, size=6, value={src_mac})
-  -> SetMetadata(attribute=ether_dst, size=6, value={dst_mac})
-  -> enc::VXLANEncap() -> IPEncap() -> eth::EtherEncap() -> outb
-PortInc(port=pb) -> sel::BPF(gates=3, filters=[(filter="udp dst port 4789", gate=1), (filter="arp", gate=2)])
-sel:1 -> dec::VXLANDecap() -> outa
-sel:2 -> ArpResponder(ip="192.168.98.1", mac_addr="{nfkit_mac}") -> outb
-"#,
-        ha = va.b,
-        hb = vb.b,
-        src_mac = mac_le(nfkit_mac),
-        dst_mac = mac_le(&mac_b),
+    let src = overlay_nfk(
+        &format!("afpacket:{}", va.b),
+        &vb.b,
+        98,
+        nfkit_mac,
+        &mac_b,
+        "eth::EtherEncap()",
+        "",
     );
     let mut p = parse(&src, "vxlan.nfk")
         .unwrap()
@@ -233,54 +252,20 @@ fn tap_tso_and_lro_over_kernel_vxlan() {
     let (a, b) = (Netns::new().unwrap(), Netns::new().unwrap());
     let mut vb = Veth::new().unwrap();
     vb.move_a(&b, "192.168.97.2/24").unwrap();
-    if b.run(&[
-        "ip",
-        "link",
-        "add",
-        "vx0",
-        "type",
-        "vxlan",
-        "id",
-        "42",
-        "remote",
-        "192.168.97.1",
-        "local",
-        "192.168.97.2",
-        "dstport",
-        "4789",
-        "dev",
-        &vb.a,
-    ])
-    .is_err()
-    {
+    if !kernel_vxlan_end(&b, &vb.a, 97) {
         nfkit_testkit::skip!("this kernel has no vxlan devices");
     }
-    b.run(&["ip", "addr", "add", "10.97.0.2/24", "dev", "vx0"])
-        .unwrap();
-    b.run(&["ip", "link", "set", "vx0", "up"]).unwrap();
     let mac_b = mac_of(&b, &vb.a);
     let nfkit_mac = "02:00:00:97:00:01";
     let tap = nfkit_testkit::unique_name("t");
-    let src = format!(
-        r#"
-port pa = "tap:{tap},tso=1"
-port pb = "afpacket:{hb}"
-outa::PortOut(port=pa)
-outb::PortOut(port=pb)
-PortInc(port=pa)
-  -> SetMetadata(attribute=tun_ip_src, size=4, value=0x0161a8c0)
-  -> SetMetadata(attribute=tun_ip_dst, size=4, value=0x0261a8c0)
-  -> SetMetadata(attribute=tun_id, size=4, value=0x2a000000)
-  -> SetMetadata(attribute=ether_src, size=6, value={src_mac})
-  -> SetMetadata(attribute=ether_dst, size=6, value={dst_mac})
-  -> enc::VXLANEncap() -> IPEncap() -> EtherEncap() -> tso::TSO() -> outb
-PortInc(port=pb) -> sel::BPF(gates=3, filters=[(filter="udp dst port 4789", gate=1), (filter="arp", gate=2)])
-sel:1 -> dec::VXLANDecap() -> lro::LRO() -> outa
-sel:2 -> ArpResponder(ip="192.168.97.1", mac_addr="{nfkit_mac}") -> outb
-"#,
-        hb = vb.b,
-        src_mac = mac_le(nfkit_mac),
-        dst_mac = mac_le(&mac_b),
+    let src = overlay_nfk(
+        &format!("tap:{tap},tso=1"),
+        &vb.b,
+        97,
+        nfkit_mac,
+        &mac_b,
+        "EtherEncap() -> tso::TSO()",
+        " -> lro::LRO()",
     );
     let mut p = parse(&src, "tso.nfk")
         .unwrap()
