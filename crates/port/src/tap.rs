@@ -333,9 +333,16 @@ impl Port for TapPort {
                 .map(offload_meta::to_virtio_net_hdr)
                 .unwrap_or([0; VNET_HDR_LEN]);
             let wrote = if b.is_chained() {
-                let mut parts = vec![IoSlice::new(&hdr)];
-                parts.extend(b.segments().map(IoSlice::new));
-                q.file.write_vectored(&parts)
+                // The header and at most MAX_SEGS segments, on the stack:
+                // nothing allocated per frame.
+                let mut parts = [IoSlice::new(&[]); 1 + nfkit_hw::MAX_SEGS];
+                parts[0] = IoSlice::new(&hdr);
+                let mut n = 1;
+                for (slot, seg) in parts[1..].iter_mut().zip(b.segments()) {
+                    *slot = IoSlice::new(seg);
+                    n += 1;
+                }
+                q.file.write_vectored(&parts[..n])
             } else {
                 q.file
                     .write_vectored(&[IoSlice::new(&hdr), IoSlice::new(b.data())])
