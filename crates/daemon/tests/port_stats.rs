@@ -221,8 +221,8 @@ fn consumed(d: &Daemon, module: &str) -> u64 {
     info.igates.first().map(|g| g.pkts).unwrap_or(0)
 }
 
-#[test]
-fn a_command_on_worker_1_leaves_worker_0_running() {
+/// A daemon with worker 0 and worker 1 (no core given).
+fn two_workers() -> Daemon {
     let mut d = Daemon::new(Arc::new(open)).unwrap();
     d.add_worker(pb::AddWorkerRequest {
         wid: 1,
@@ -230,14 +230,22 @@ fn a_command_on_worker_1_leaves_worker_0_running() {
         scheduler: String::new(),
     })
     .unwrap();
-    let module = |d: &mut Daemon, name: &str, class: &str, arg: Option<prost_types::Any>| {
-        d.create_module(pb::CreateModuleRequest {
-            name: name.into(),
-            mclass: class.into(),
-            arg,
-        })
-        .unwrap();
-    };
+    d
+}
+
+/// Create module `name` of `class` with `arg`.
+fn module(d: &mut Daemon, name: &str, class: &str, arg: Option<prost_types::Any>) {
+    d.create_module(pb::CreateModuleRequest {
+        name: name.into(),
+        mclass: class.into(),
+        arg,
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_command_on_worker_1_leaves_worker_0_running() {
+    let mut d = two_workers();
     let connect = |d: &mut Daemon, m1: &str, m2: &str| {
         d.connect(pb::ConnectModulesRequest {
             m1: m1.into(),
@@ -330,21 +338,7 @@ fn made_used_dropped(d: &Daemon, module: &str) -> (u64, u64, u64) {
 
 #[test]
 fn a_graph_change_on_worker_1_leaves_worker_0_running() {
-    let mut d = Daemon::new(Arc::new(open)).unwrap();
-    d.add_worker(pb::AddWorkerRequest {
-        wid: 1,
-        core: -1,
-        scheduler: String::new(),
-    })
-    .unwrap();
-    let module = |d: &mut Daemon, name: &str, class: &str, arg: Option<prost_types::Any>| {
-        d.create_module(pb::CreateModuleRequest {
-            name: name.into(),
-            mclass: class.into(),
-            arg,
-        })
-        .unwrap();
-    };
+    let mut d = two_workers();
     let connect = |d: &mut Daemon, m1: &str, og: u64, m2: &str| {
         d.connect(pb::ConnectModulesRequest {
             m1: m1.into(),
