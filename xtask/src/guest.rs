@@ -90,9 +90,8 @@ const GUEST_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// The modes the harness can run.
 const MODES: &[&str] = &["pci-uio", "pci-vfio", "vhost-user", "lacp"];
-/// The modes `cargo xtask test` and `guest run` without names run:
-/// `lacp` only when named, until it has passed here under TCG.
-const DEFAULT_MODES: &[&str] = &["pci-uio", "pci-vfio", "vhost-user"];
+/// The modes `cargo xtask test` and `guest run` without names run: all.
+const DEFAULT_MODES: &[&str] = MODES;
 
 /// Frames `nfkit pktgen` sends per NIC in the PCI modes, and its rate.
 const PKTGEN_COUNT: u64 = 3000;

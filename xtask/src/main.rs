@@ -489,7 +489,7 @@ fn run_stage(stage: plan::Stage, plan: &plan::Plan) -> Result<()> {
             let started = Instant::now();
             let result = guest::run_guest_tests();
             record_stage(
-                "guest tests (build, pci-uio, pci-vfio, vhost-user)",
+                "guest tests (build, pci-uio, pci-vfio, vhost-user, lacp)",
                 started.elapsed(),
                 result.is_ok(),
             );

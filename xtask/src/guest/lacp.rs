@@ -26,8 +26,11 @@ use std::path::Path;
 use std::process::Command;
 
 const GUEST_IP: &str = "10.77.0.1";
-/// The namespace's addresses the guest pings (one flow each).
-const NS_IPS: [&str; 4] = ["10.77.0.2", "10.77.0.3", "10.77.0.4", "10.77.0.5"];
+/// The namespace's addresses the guest pings (one flow each), chosen so
+/// that nfkit's bond sends two of the reply flows on each member
+/// (`nfkit_port::bond::flow_hash` modulo 2: .2 and .3 on the first, .7
+/// and .8 on the second; .2 to .5 all hash to the first).
+const NS_IPS: [&str; 4] = ["10.77.0.2", "10.77.0.3", "10.77.0.7", "10.77.0.8"];
 const SYSTEM: &str = "02:6e:66:6b:00:01";
 /// Pings per address, 5 a second.
 const PINGS: u32 = 60;
