@@ -36,6 +36,19 @@ fn nstat(ns: &Netns, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The SHA-256 of file `p` (`sha256sum`), in hex.
+fn hash(p: &std::path::Path) -> String {
+    let o = std::process::Command::new("sha256sum")
+        .arg(p)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
 /// MAC bytes as the little-endian integer SetMetadata writes.
 fn mac_le(mac: &str) -> u64 {
     let b: Vec<u64> = mac
@@ -187,17 +200,6 @@ fn kernel_vxlan(turn_offloads_off: bool) {
     ])
     .unwrap();
     server.wait(Duration::from_secs(20)).unwrap();
-    let hash = |p: &std::path::Path| {
-        let o = std::process::Command::new("sha256sum")
-            .arg(p)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout)
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_string()
-    };
     assert_eq!(hash(&sent), hash(&got), "the file arrived byte for byte");
     let csum_after = nstat(&b, "UdpInCsumErrors") + nstat(&b, "TcpInCsumErrors");
     assert_eq!(csum_after, csum_before, "B's kernel saw no checksum errors");
@@ -291,17 +293,6 @@ fn tap_tso_and_lro_over_kernel_vxlan() {
         ])
         .status()
         .unwrap();
-    let hash = |p: &std::path::Path| {
-        let o = std::process::Command::new("sha256sum")
-            .arg(p)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout)
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .to_string()
-    };
     // A to B (TSO), then B to A (LRO).
     for (from, to, addr) in [(&a, &b, "10.97.0.2"), (&b, &a, "10.97.0.1")] {
         let _ = std::fs::remove_file(&got);
