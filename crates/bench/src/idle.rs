@@ -17,11 +17,25 @@
 //! backends); a pipeline worker over AF_PACKET; and TAP (the DUT holds
 //! two TAP interfaces, the tester AF_PACKET sockets on them).
 //!
+//! `fwd-queue` and `fwd-agent`: `fwd` between two simulated 82599s
+//! (`sim:0`, `sim:1`) in the queue model and the agent model, sleeping
+//! on the model's MSI-X vectors; the tester injects frames on the first
+//! port's wire and takes them from the second's. Only the forwarding
+//! thread's CPU is counted, not the models' device threads.
+//!
 //! Then the DUT's CPU share while the tester sends at 1 kpps and at
 //! 100 kpps (paced from the bench thread; what the tester cannot reach
-//! on a loaded machine shows in the achieved rate).
+//! on a loaded machine shows in the achieved rate), and its cycles per
+//! packet at saturation: the tester sends as fast as it can for
+//! `seconds` (the simulated wire holds at most 256 frames waiting), the
+//! DUT thread's CPU time at the nominal clock over the frames that came
+//! out, median of [`SAT_RUNS`] windows (and the median rate beside it).
+//! On a machine with fewer cores than threads the DUT also polls while
+//! the tester or a model waits for a core: an upper bound.
 
 use anyhow::{anyhow, bail, Context, Result};
+use nfkit_ixgbe_model::Wire;
+use nfkit_lab::{SimLab, SimWire};
 use nfkit_port::fwd::{fwd, FwdOptions};
 use nfkit_port::{Batch, IdleOptions, OpenOptions, Port};
 use std::path::PathBuf;
@@ -45,16 +59,27 @@ pub struct Row {
     /// Frames that came back out of the ones sent.
     pub delivered: usize,
     pub sent: usize,
+    /// At saturation: DUT cycles per frame forwarded, the rate and the
+    /// DUT's share of a core (below 100%: the tester or a model, not the
+    /// DUT, was the bottleneck), each the median of [`SAT_RUNS`] windows.
+    pub sat_cycles: f64,
+    pub sat_pps: f64,
+    pub sat_cpu_pct: f64,
 }
 
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 8] = [
     "af-packet",
     "af-xdp",
     "tap",
     "vhost-user",
     "virtio-user",
     "pipeline",
+    "fwd-queue",
+    "fwd-agent",
 ];
+
+/// Windows of saturation measured per case (the median is printed).
+pub const SAT_RUNS: usize = 5;
 
 /// Ethertype of the probe frames (IEEE local experimental).
 const PROBE_TYPE: [u8; 2] = [0x88, 0xb5];
@@ -80,7 +105,8 @@ enum Dut {
 }
 
 impl Dut {
-    fn fwd(mut a: Box<dyn Port>, mut b: Box<dyn Port>, idle: IdleOptions) -> Dut {
+    /// `body` on its own thread until its stop flag is set.
+    fn thread(body: impl FnOnce(&AtomicBool) + Send + 'static) -> Dut {
         let stop = Arc::new(AtomicBool::new(false));
         let task = Arc::new(OnceLock::new());
         let (s, t) = (stop.clone(), task.clone());
@@ -88,20 +114,39 @@ impl Dut {
             if let Ok(me) = std::fs::read_link("/proc/thread-self") {
                 let _ = t.set(std::path::Path::new("/proc").join(me));
             }
-            let opts = FwdOptions {
-                stop_when_done: false,
-                idle,
-                ..FwdOptions::default()
-            };
-            if let Err(e) = fwd([&mut *a, &mut *b], &opts, &s, |_| {}) {
-                tracing::warn!("bench idle: the forwarder stopped: {e}");
-            }
+            body(&s);
         });
         Dut::Fwd {
             stop,
             task,
             handle: Some(handle),
         }
+    }
+
+    fn fwd(mut a: Box<dyn Port>, mut b: Box<dyn Port>, idle: IdleOptions) -> Dut {
+        Dut::thread(move |stop| {
+            let opts = FwdOptions {
+                stop_when_done: false,
+                idle,
+                ..FwdOptions::default()
+            };
+            if let Err(e) = fwd([&mut *a, &mut *b], &opts, stop, |_| {}) {
+                tracing::warn!("bench idle: the forwarder stopped: {e}");
+            }
+        })
+    }
+
+    /// One TinyNF agent per direction between two simulated 82599s,
+    /// sleeping on their receive queues' vectors.
+    fn agents(lab: &Arc<SimLab>, idle: IdleOptions) -> Result<Dut> {
+        let devs = [lab.open_device(0, "sim:0")?, lab.open_device(1, "sim:1")?];
+        let irqs = [lab.interrupts(0, &devs[0])?, lab.interrupts(1, &devs[1])?];
+        Ok(Dut::thread(move |stop| {
+            let queues: Vec<_> = irqs.iter().filter_map(|i| i.queues[0].as_ref()).collect();
+            if let Err(e) = nfkit_lab::fwd::run_agent_pair_idle(&devs, &queues, idle, stop, || {}) {
+                tracing::warn!("bench idle: the agents stopped: {e}");
+            }
+        }))
     }
 
     fn pipeline(a: &str, b: &str, idle: IdleOptions) -> Result<Dut> {
@@ -165,12 +210,84 @@ impl Drop for Dut {
     }
 }
 
-/// The tester's two ports and what keeps the set-up alive.
+/// Where the tester sends and receives.
+enum Tester {
+    /// Ports of its own: into the DUT's first port, out of its second.
+    Ports {
+        tx: Box<dyn Port>,
+        rx: Box<dyn Port>,
+    },
+    /// The simulated wires: frames injected at `sim:0`, taken from what
+    /// `sim:1` transmitted.
+    Sim { input: Wire, output: Wire },
+}
+
+impl Tester {
+    /// Send frame `seq` and the ones after it, `n` in all; how many went.
+    fn send(&mut self, seq: u64, n: usize) -> Result<usize> {
+        match self {
+            Tester::Ports { tx, .. } => {
+                let mut batch = Batch::new();
+                for i in 0..n as u64 {
+                    let mut b = tx
+                        .pool()
+                        .alloc()
+                        .ok_or_else(|| anyhow!("tester pool empty"))?;
+                    b.copy_from(&probe(seq + i, [0xff; 6]))
+                        .map_err(|e| anyhow!("{e:?}"))?;
+                    let _ = batch.push(b);
+                }
+                let sent = tx.tx_batch(0, &mut batch);
+                batch.clear(); // what the port could not take now: skipped
+                Ok(sent)
+            }
+            Tester::Sim { input, .. } => Ok((0..n as u64)
+                .take_while(|i| input.inject(&probe(seq + i, nfkit_lab::sim_mac(0))))
+                .count()),
+        }
+    }
+
+    /// Frames that came out of the DUT, each given to `f`; how many.
+    fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        match self {
+            Tester::Ports { rx, .. } => {
+                let mut batch = Batch::new();
+                for q in 0..rx.rx_queues() {
+                    while rx.rx_batch(q, &mut batch) > 0 {
+                        n += batch.len();
+                        batch.iter().for_each(|p| f(p.data()));
+                        batch.clear();
+                    }
+                }
+            }
+            Tester::Sim { output, .. } => output.drain_transmitted(|d| {
+                n += 1;
+                f(d)
+            }),
+        }
+        n
+    }
+
+    /// Whether the DUT's input has room for a burst now (the simulated
+    /// wire's packet buffer: at most 256 frames waiting).
+    fn room(&self) -> bool {
+        match self {
+            Tester::Ports { .. } => true,
+            Tester::Sim { input, .. } => input.rx_pending() < 256,
+        }
+    }
+}
+
+/// The tester and what keeps the set-up alive.
 struct Setup {
     dut: Dut,
-    tx: Box<dyn Port>,
-    rx: Box<dyn Port>,
+    tester: Tester,
     _keep: Vec<Box<dyn std::any::Any>>,
+}
+
+fn ports(tx: Box<dyn Port>, rx: Box<dyn Port>) -> Tester {
+    Tester::Ports { tx, rx }
 }
 
 fn socket(tag: &str, i: usize) -> PathBuf {
@@ -198,8 +315,7 @@ fn setup(kind: &str, idle: IdleOptions) -> Result<Setup> {
             let rx = open(&format!("afpacket:{}", v2.b))?;
             Ok(Setup {
                 dut,
-                tx,
-                rx,
+                tester: ports(tx, rx),
                 _keep: vec![Box::new(v1), Box::new(v2)],
             })
         }
@@ -221,8 +337,7 @@ fn setup(kind: &str, idle: IdleOptions) -> Result<Setup> {
             let rx = open(&format!("afpacket:{}", names[1]))?;
             Ok(Setup {
                 dut: Dut::fwd(a, b, idle),
-                tx,
-                rx,
+                tester: ports(tx, rx),
                 _keep: Vec::new(),
             })
         }
@@ -244,9 +359,30 @@ fn setup(kind: &str, idle: IdleOptions) -> Result<Setup> {
             };
             Ok(Setup {
                 dut,
-                tx,
-                rx,
+                tester: ports(tx, rx),
                 _keep: vec![Box::new(SocketFiles(paths.to_vec()))],
+            })
+        }
+        "fwd-queue" | "fwd-agent" => {
+            let lab = SimLab::new(SimWire::Open, 1);
+            let dut = if kind == "fwd-agent" {
+                Dut::agents(&lab, idle)?
+            } else {
+                let reg = nfkit_lab::registry(lab.clone(), 1);
+                let opts = OpenOptions::default();
+                let a = reg.open_str("sim:0", &opts)?;
+                let b = reg.open_str("sim:1", &opts)?;
+                Dut::fwd(a, b, idle)
+            };
+            let nic = |n| lab.nic(n).ok_or_else(|| anyhow!("no sim:{n}"));
+            let tester = Tester::Sim {
+                input: nic(0)?.wire(),
+                output: nic(1)?.wire(),
+            };
+            Ok(Setup {
+                dut,
+                tester,
+                _keep: vec![Box::new(lab)],
             })
         }
         _ => bail!("unknown kind {kind} (one of {})", KINDS.join(", ")),
@@ -264,46 +400,32 @@ impl Drop for SocketFiles {
     }
 }
 
-fn probe(port: &dyn Port, seq: u64) -> Result<nfkit_port::PktBuf> {
-    let mut f = vec![0u8; 60];
-    f[..6].copy_from_slice(&[0xff; 6]);
+/// A probe frame: `seq` after the (experimental) ethertype.
+fn probe(seq: u64, dst: [u8; 6]) -> [u8; 60] {
+    let mut f = [0u8; 60];
+    f[..6].copy_from_slice(&dst);
     f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0x24, 0x01]);
     f[12..14].copy_from_slice(&PROBE_TYPE);
     f[14..22].copy_from_slice(&seq.to_be_bytes());
-    let mut b = port
-        .pool()
-        .alloc()
-        .ok_or_else(|| anyhow!("tester pool empty"))?;
-    b.copy_from(&f).map_err(|e| anyhow!("{e:?}"))?;
-    Ok(b)
+    f
 }
 
 /// Send probe `seq` and busy-poll for it behind the DUT; its latency,
 /// or `None` after a second.
 fn one_probe(s: &mut Setup, seq: u64) -> Result<Option<Duration>> {
-    let mut batch = Batch::new();
-    let _ = batch.push(probe(&*s.tx, seq)?);
     let t0 = Instant::now();
-    while !batch.is_empty() {
-        s.tx.tx_batch(0, &mut batch);
+    while s.tester.send(seq, 1)? == 0 {
         if t0.elapsed() > Duration::from_secs(1) {
             bail!("the tester could not send");
         }
     }
-    let mut rx = Batch::new();
     while t0.elapsed() < Duration::from_secs(1) {
-        for q in 0..s.rx.rx_queues() {
-            if s.rx.rx_batch(q, &mut rx) == 0 {
-                continue;
-            }
-            let hit = rx.iter().any(|p| {
-                let d = p.data();
-                d.len() >= 22 && d[12..14] == PROBE_TYPE && d[14..22] == seq.to_be_bytes()
-            });
-            rx.clear();
-            if hit {
-                return Ok(Some(t0.elapsed()));
-            }
+        let mut hit = false;
+        s.tester.drain(|d| {
+            hit |= d.len() >= 22 && d[12..14] == PROBE_TYPE && d[14..22] == seq.to_be_bytes();
+        });
+        if hit {
+            return Ok(Some(t0.elapsed()));
         }
     }
     Ok(None)
@@ -315,37 +437,58 @@ fn one_probe(s: &mut Setup, seq: u64) -> Result<Option<Duration>> {
 fn cpu_at_rate(s: &mut Setup, pps: f64, seconds: f64) -> Result<(f64, f64)> {
     let (c0, t0) = (s.dut.cpu()?, Instant::now());
     let mut sent = 0u64;
-    let mut batch = Batch::new();
-    let mut drain = Batch::new();
     while t0.elapsed().as_secs_f64() < seconds {
         let due = (t0.elapsed().as_secs_f64() * pps) as u64;
         let n = due.saturating_sub(sent).min(32);
-        for i in 0..n {
-            let _ = batch.push(probe(&*s.tx, 1 << 40 | (sent + i))?);
+        if n > 0 {
+            sent += s.tester.send(1 << 40 | sent, n as usize)? as u64;
         }
-        if !batch.is_empty() {
-            sent += s.tx.tx_batch(0, &mut batch) as u64;
-            batch.clear(); // what the tester could not send now: skipped
-        }
-        for q in 0..s.rx.rx_queues() {
-            while s.rx.rx_batch(q, &mut drain) > 0 {
-                drain.clear();
-            }
-        }
+        s.tester.drain(|_| {});
         if n == 0 {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
     let wall = t0.elapsed().as_secs_f64();
     let cpu = 100.0 * (s.dut.cpu()? - c0).as_secs_f64() / wall;
-    // Quiet again before the next measurement.
-    std::thread::sleep(Duration::from_millis(200));
-    for q in 0..s.rx.rx_queues() {
-        while s.rx.rx_batch(q, &mut drain) > 0 {
-            drain.clear();
-        }
-    }
+    quiet(s);
     Ok((cpu, sent as f64 / wall))
+}
+
+/// Quiet again before the next measurement: what is still in flight
+/// comes out and is dropped.
+fn quiet(s: &mut Setup) {
+    std::thread::sleep(Duration::from_millis(200));
+    s.tester.drain(|_| {});
+}
+
+/// The tester sends flat out for `seconds`: the DUT thread's cycles per
+/// frame that came out (at the nominal clock), the rate out and the
+/// DUT's share of a core.
+fn saturation(s: &mut Setup, seconds: f64, ghz: f64) -> Result<(f64, f64, f64)> {
+    let (c0, t0) = (s.dut.cpu()?, Instant::now());
+    let (mut seq, mut out) = (2u64 << 40, 0u64);
+    while t0.elapsed().as_secs_f64() < seconds {
+        if s.tester.room() {
+            seq += s.tester.send(seq, 32)? as u64;
+        }
+        out += s.tester.drain(|_| {}) as u64;
+    }
+    let cpu = (s.dut.cpu()? - c0).as_secs_f64();
+    let wall = t0.elapsed().as_secs_f64();
+    quiet(s);
+    if out == 0 {
+        bail!("nothing came out at saturation");
+    }
+    Ok((
+        cpu * 1e9 * ghz / out as f64,
+        out as f64 / wall,
+        100.0 * cpu / wall,
+    ))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -376,8 +519,9 @@ pub fn idle(kinds: &[String], seconds: f64, samples: usize) -> Result<Vec<Row>> 
             .collect::<Result<_>>()?
     };
     let mut rows = Vec::new();
+    let ghz = nfkit_lab::cost::cpu_ghz().unwrap_or(1.0);
     println!(
-        "{:<12} {:<7} {:>9} {:>9} {:>18} {:>13} {:>13} {:>9}",
+        "{:<12} {:<7} {:>9} {:>9} {:>18} {:>13} {:>13} {:>9} {:>22}",
         "KIND",
         "MODE",
         "IDLE CPU",
@@ -385,14 +529,15 @@ pub fn idle(kinds: &[String], seconds: f64, samples: usize) -> Result<Vec<Row>> 
         "100 kpps (reached)",
         "WAKE p50 µs",
         "WAKE p99 µs",
-        "DELIVERED"
+        "DELIVERED",
+        "SATURATION cyc/pkt (rate, DUT cpu)"
     );
     for kind in kinds {
         for (mode, opts) in [
             ("poll", IdleOptions::polling()),
             ("hybrid", IdleOptions::default()),
         ] {
-            let row = match measure(kind, mode, opts, seconds, samples) {
+            let row = match measure(kind, mode, opts, seconds, samples, ghz) {
                 Ok(r) => r,
                 Err(e) => {
                     println!("{kind:<12} {mode:<7} skipped: {e:#}");
@@ -400,7 +545,7 @@ pub fn idle(kinds: &[String], seconds: f64, samples: usize) -> Result<Vec<Row>> 
                 }
             };
             println!(
-                "{:<12} {:<7} {:>8.2}% {:>8.2}% {:>8.2}% ({:>5.1}k) {:>13.1} {:>13.1} {:>5}/{}",
+                "{:<12} {:<7} {:>8.2}% {:>8.2}% {:>8.2}% ({:>5.1}k) {:>13.1} {:>13.1} {:>5}/{:<3} {:>8.0} ({:>6.1} kpps, {:>3.0}%)",
                 row.kind,
                 row.mode,
                 row.cpu_pct,
@@ -410,7 +555,10 @@ pub fn idle(kinds: &[String], seconds: f64, samples: usize) -> Result<Vec<Row>> 
                 row.wake_p50_us,
                 row.wake_p99_us,
                 row.delivered,
-                row.sent
+                row.sent,
+                row.sat_cycles,
+                row.sat_pps / 1e3,
+                row.sat_cpu_pct
             );
             rows.push(row);
         }
@@ -424,16 +572,12 @@ fn measure(
     opts: IdleOptions,
     seconds: f64,
     samples: usize,
+    ghz: f64,
 ) -> Result<Row> {
     let mut s = setup(kind, opts)?;
     // Links up, rings live, the kernel's first frames gone by.
     std::thread::sleep(Duration::from_millis(500));
-    let mut drain = Batch::new();
-    for q in 0..s.rx.rx_queues() {
-        while s.rx.rx_batch(q, &mut drain) > 0 {
-            drain.clear();
-        }
-    }
+    s.tester.drain(|_| {});
     let (c0, t0) = (s.dut.cpu()?, Instant::now());
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let cpu_pct = 100.0 * (s.dut.cpu()? - c0).as_secs_f64() / t0.elapsed().as_secs_f64();
@@ -447,7 +591,14 @@ fn measure(
         }
     }
     lat.sort();
+    let mut sat = Vec::new();
+    for _ in 0..SAT_RUNS {
+        sat.push(saturation(&mut s, seconds, ghz)?);
+    }
     Ok(Row {
+        sat_cycles: median(sat.iter().map(|x| x.0).collect()),
+        sat_pps: median(sat.iter().map(|x| x.1).collect()),
+        sat_cpu_pct: median(sat.iter().map(|x| x.2).collect()),
         kind,
         mode,
         cpu_pct,

@@ -148,8 +148,9 @@ enum Cmd {
         cross_check: bool,
     },
     /// An idle forwarder per port kind, pure polling vs hybrid polling:
-    /// its thread's share of a core with no traffic, and the wake-up
-    /// latency of the first frame after 50 ms of quiet (p50, p99).
+    /// its thread's share of a core with no traffic, at 1 and 100 kpps,
+    /// the wake-up latency of the first frame after 50 ms of quiet (p50,
+    /// p99), and its cycles per packet at saturation (median of 5).
     /// Needs root (issue 24).
     Idle {
         /// Seconds of quiet measured per case.
@@ -158,8 +159,8 @@ enum Cmd {
         /// Wake-up probes per case.
         #[arg(long, default_value_t = 50)]
         samples: usize,
-        /// Only these kinds: af-packet, af-xdp, vhost-user, virtio-user,
-        /// pipeline (default: all).
+        /// Only these kinds: af-packet, af-xdp, tap, vhost-user,
+        /// virtio-user, pipeline, fwd-queue, fwd-agent (default: all).
         #[arg(long = "kind")]
         kinds: Vec<String>,
     },
@@ -185,6 +186,25 @@ enum Cmd {
         /// Only the 1k-entry cases (a smoke run).
         #[arg(long)]
         quick: bool,
+    },
+    /// SoftNIC's Table 1 (issue 19): TCP over VXLAN between two
+    /// namespaces through the kernel's VXLAN and through nfkit's software
+    /// TSO/LRO over a TAP with vnet headers: Gbit/s and cycles per byte
+    /// of every participant, softirq included; and the 82599's driver
+    /// instructions per 64 KB TSO send. Needs root, iperf3 and ethtool.
+    Offloads {
+        /// Bytes per transfer (iperf3 -n; K, M, G suffixes).
+        #[arg(long, default_value = "1G")]
+        bytes: String,
+        /// TCP streams per transfer (iperf3 -P).
+        #[arg(long, default_value_t = 1)]
+        streams: usize,
+        /// Underlay set-ups (default: wire, then defaults).
+        #[arg(long = "underlay", value_enum)]
+        underlays: Vec<nfkit_bench::offloads::Underlay>,
+        /// 82599 TSO sends measured under callgrind (0: skip).
+        #[arg(long, default_value_t = 2_000)]
+        sends: u64,
     },
     /// (internal) the lock-step run measured under callgrind.
     #[command(hide = true)]
@@ -331,6 +351,25 @@ fn main() -> Result<()> {
         }
         Cmd::Traffic { seconds, quick } => nfkit_bench::traffic::traffic(seconds, quick)?,
         Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
+        Cmd::Offloads {
+            bytes,
+            streams,
+            mut underlays,
+            sends,
+        } => {
+            if underlays.is_empty() {
+                underlays = vec![
+                    nfkit_bench::offloads::Underlay::Wire,
+                    nfkit_bench::offloads::Underlay::Defaults,
+                ];
+            }
+            nfkit_bench::offloads::offloads(&nfkit_bench::offloads::Options {
+                bytes,
+                streams,
+                underlays,
+                sends,
+            })?
+        }
         Cmd::Nfs {
             seconds,
             packets,

@@ -13,11 +13,13 @@
 use crate::{registry, stop_flag, SimLab, SimWire};
 use anyhow::{bail, Context, Result};
 use nfkit_hw::Bar;
-use nfkit_ixgbe::{Agent, AgentConfig, AgentStats, Device};
+use nfkit_ixgbe::{Agent, AgentConfig, AgentStats, Device, QueueIrq};
 use nfkit_port::agent::AgentAdapter;
 use nfkit_port::fwd::{fwd, FwdOptions, FwdReport, Touch};
 use nfkit_port::rate::{self, RateLines};
-use nfkit_port::{Idle, IdleOptions, IdleTimes, Model, OpenOptions, Port, PortSpec};
+use nfkit_port::{
+    Idle, IdleOptions, IdleTimes, Model, OpenOptions, Port, PortSpec, RxWake, WakeSet,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,7 +71,7 @@ pub fn run(args: &FwdArgs) -> Result<()> {
     let stop = stop_flag(args.seconds);
     let both_sim = specs.iter().all(|s| matches!(s, PortSpec::Sim(_)));
     if args.model.on(both_sim) == Model::Agent {
-        return agents_on_sim(&lab, &specs, &stop);
+        return agents_on_sim(&lab, &specs, &stop, args.idle);
     }
     let reg = registry(lab.clone(), args.queues);
     let opts = OpenOptions {
@@ -177,7 +179,12 @@ fn adapter(
     report
 }
 
-fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Result<()> {
+fn agents_on_sim(
+    lab: &Arc<SimLab>,
+    specs: &[PortSpec],
+    stop: &AtomicBool,
+    idle: IdleOptions,
+) -> Result<()> {
     let (PortSpec::Sim(x), PortSpec::Sim(y)) = (&specs[0], &specs[1]) else {
         bail!("agents need two sim: ports here");
     };
@@ -188,13 +195,15 @@ fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Re
         lab.open_device(*x, &specs[0].to_string())?,
         lab.open_device(*y, &specs[1].to_string())?,
     ];
+    let irqs = [lab.interrupts(*x, &devs[0])?, lab.interrupts(*y, &devs[1])?];
+    let queue_irqs: Vec<&QueueIrq<_>> = irqs.iter().filter_map(|i| i.queues[0].as_ref()).collect();
     lab.start_load();
     let device_stats = || devs.iter().map(|d| d.stats().as_port_stats()).collect();
     let mut lines = RateLines::new(
         specs.iter().map(|s| s.to_string()).collect(),
         device_stats(),
     );
-    let stats = run_agent_pair(&devs, stop, || {
+    let (stats, times) = run_agent_pair_idle(&devs, &queue_irqs, idle, stop, || {
         if lines.due() {
             lines.print(device_stats());
         }
@@ -210,18 +219,58 @@ fn agents_on_sim(lab: &Arc<SimLab>, specs: &[PortSpec], stop: &AtomicBool) -> Re
             s.rx_errors
         );
     }
+    println!("forwarding thread: {}", times.summary());
     Ok(())
 }
 
 /// Forward between two 82599s with one agent per direction, touching each
 /// packet like ixy-fwd (a byte of the destination MAC is bumped), until
 /// `stop` is set; `tick` runs every few thousand rounds. Returns each
-/// direction's agent counters.
+/// direction's agent counters. Pure polling: [`run_agent_pair_idle`]
+/// with no interrupts.
 pub fn run_agent_pair<B: Bar + 'static>(
     devs: &[Device<B>; 2],
     stop: &AtomicBool,
-    mut tick: impl FnMut(),
+    tick: impl FnMut(),
 ) -> Result<[AgentStats; 2]> {
+    Ok(run_agent_pair_idle(devs, &[], IdleOptions::polling(), stop, tick)?.0)
+}
+
+/// The receive queues' MSI-X vectors of an agent loop, as the queues a
+/// sleeping loop watches.
+struct IrqSet<'a, B>(&'a [&'a QueueIrq<B>]);
+
+impl<B: Bar> WakeSet for IrqSet<'_, B> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn label(&self, i: usize) -> String {
+        format!("82599 MSI-X vector {}", self.0[i].vector())
+    }
+    fn rx_wake(&mut self, i: usize) -> RxWake {
+        RxWake::Fd(self.0[i].fd())
+    }
+    fn rx_arm(&mut self, i: usize) -> bool {
+        self.0[i].arm()
+    }
+    fn rx_disarm(&mut self, i: usize) {
+        self.0[i].disarm()
+    }
+}
+
+/// [`run_agent_pair`] in hybrid polling: after `idle`'s idle period the
+/// loop arms `irqs` (the vectors of the agents' receive queues), runs one
+/// more round (the re-check) and sleeps until a vector fires, the next
+/// second's `tick` or the sleep bound. With no `irqs` (no MSI-X) or
+/// [`IdleOptions::polling`], it polls. Also returns where the loop's
+/// time went.
+pub fn run_agent_pair_idle<B: Bar + 'static>(
+    devs: &[Device<B>; 2],
+    irqs: &[&QueueIrq<B>],
+    idle_opts: IdleOptions,
+    stop: &AtomicBool,
+    mut tick: impl FnMut(),
+) -> Result<([AgentStats; 2], IdleTimes)> {
     let cfg = AgentConfig::default();
     let mut agents = [
         Agent::new(&devs[0], 0, &[(&devs[1], 0)], &cfg)?,
@@ -232,13 +281,46 @@ pub fn run_agent_pair<B: Bar + 'static>(
         out[0] = len as u16;
     };
     let mut handlers = [touch, touch];
+    let start = Instant::now();
+    if irqs.is_empty() || idle_opts.sleep_after.is_none() {
+        let mut rounds = 0u32;
+        nfkit_ixgbe::run(&mut agents, &mut handlers, || {
+            rounds = rounds.wrapping_add(1);
+            if rounds.is_multiple_of(1024) {
+                tick();
+            }
+            !stop.load(Ordering::Relaxed)
+        });
+        let times = Idle::new(IdleOptions::polling()).times(start.elapsed());
+        return Ok(([agents[0].stats(), agents[1].stats()], times));
+    }
+    let mut idle = Idle::new(idle_opts);
     let mut rounds = 0u32;
-    nfkit_ixgbe::run(&mut agents, &mut handlers, || {
+    let mut at = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let n = nfkit_ixgbe::round(&mut agents, &mut handlers);
         rounds = rounds.wrapping_add(1);
         if rounds.is_multiple_of(1024) {
             tick();
         }
-        !stop.load(Ordering::Relaxed)
-    });
-    Ok([agents[0].stats().clone(), agents[1].stats().clone()])
+        if idle.round(n > 0) {
+            let mut set = IrqSet(irqs);
+            if idle.arm_set(&mut set) {
+                // the re-check: a frame that came before the arm raised nothing
+                if nfkit_ixgbe::round(&mut agents, &mut handlers) > 0 {
+                    idle.found_set(&mut set);
+                } else {
+                    idle.wait_set(&mut set, Some(at + Duration::from_secs(1)));
+                }
+            }
+            tick();
+            if at.elapsed() >= Duration::from_secs(1) {
+                at = Instant::now();
+            }
+        }
+    }
+    Ok((
+        [agents[0].stats(), agents[1].stats()],
+        idle.times(start.elapsed()),
+    ))
 }

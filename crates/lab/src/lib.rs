@@ -34,7 +34,7 @@ use anyhow::{Context, Result};
 use nfkit_hw::sim::SimDma;
 use nfkit_hw::DmaAllocator;
 use nfkit_ixgbe::port::init_device;
-use nfkit_ixgbe::{Device, IxgbePort, SimSource};
+use nfkit_ixgbe::{Device, Interrupts, IxgbePort, SimSource};
 use nfkit_ixgbe_model::{
     ModelConfig, Nic82599, RunningNic, SimBar, SimPci, SinkStats, TrafficGen, Wire,
 };
@@ -237,6 +237,16 @@ impl SimLab {
         let pci = self.create_nic(n);
         init_device(&pci, self.dma.clone(), self.queues)
             .with_context(|| format!("initializing the simulated 82599 {name}"))
+    }
+
+    /// MSI-X for simulated port `n`'s device `dev` (made by
+    /// [`SimLab::open_device`]), for agents that sleep when idle.
+    pub fn interrupts(&self, n: usize, dev: &Device<SimBar>) -> Result<Interrupts<SimBar>> {
+        let pci = self
+            .nic(n)
+            .with_context(|| format!("no simulated port {n}"))?
+            .pci();
+        Ok(dev.enable_interrupts(&pci)?)
     }
 
     /// Simulated port `n` as a queue-model port.
