@@ -60,10 +60,16 @@ pub fn pktgen_results(results: &[PortResult], rx: bool) {
             );
         }
         if rx {
+            print!(", received {} back", r.receiver.received);
+            if r.dropped_by_port > 0 {
+                print!(
+                    ", dropped by the port {} (its own counters)",
+                    r.dropped_by_port
+                );
+            }
             print!(
-                ", received {} back, lost {}, reordered {}; {}",
-                r.receiver.received,
-                r.receiver.lost(r.sent),
+                ", lost {}, reordered {}; {}",
+                r.lost(),
                 r.receiver.reordered,
                 r.receiver.latency_line()
             );

@@ -396,7 +396,7 @@ impl Daemon {
                     pb::list_workers_response::WorkerStatus {
                         wid: wid_of(&name),
                         core: core.map(|c| c as i64).unwrap_or(-1),
-                        running: self.pipeline.is_running(),
+                        running: self.pipeline.is_worker_running(i),
                         num_tcs: (tcs.iter().filter(|t| t.1 == i).count()
                             + attached.iter().filter(|a| a.1 == i).count())
                             as i64,
@@ -509,6 +509,10 @@ impl Daemon {
         for n in names.iter().rev() {
             self.destroy_worker(wid_of(n))?;
         }
+        // As after BESS's ResetWorkers, the next AddWorker(wid 0) is
+        // accepted (it adopts worker 0 again), and worker 0 runs.
+        self.w0_adopted = false;
+        self.pipeline.release_worker(0)?;
         Ok(())
     }
 
@@ -518,26 +522,48 @@ impl Daemon {
         Ok(())
     }
 
+    /// Every worker runs again, those paused alone too.
     pub fn resume_all(&mut self) -> Res<()> {
         self.user_paused = false;
+        for w in 0..self.pipeline.graph().worker_list().len() {
+            self.pipeline.release_worker(w)?;
+        }
         self.pipeline.start()?;
         Ok(())
     }
 
-    fn check_wid(&self, wid: i64) -> Res<()> {
-        self.pipeline.graph().worker_index(&worker_name(wid))?;
+    fn check_wid(&self, wid: i64) -> Res<usize> {
+        Ok(self.pipeline.graph().worker_index(&worker_name(wid))?)
+    }
+
+    /// Worker `wid` stops between two of its rounds and runs no task
+    /// until ResumeWorker or ResumeAll; the other workers run on. It
+    /// stays paused across changes (which still reach its modules).
+    pub fn pause_worker(&mut self, wid: i64) -> Res<()> {
+        let w = self.check_wid(wid)?;
+        self.pipeline.hold_worker(w)?;
+        tracing::info!(wid, "worker paused");
         Ok(())
     }
 
-    /// nfkit pauses every worker together (one pipeline).
-    pub fn pause_worker(&mut self, wid: i64) -> Res<()> {
-        self.check_wid(wid)?;
-        self.pause_all()
-    }
-
+    /// Worker `wid` runs again; after PauseAll, the others stay paused.
     pub fn resume_worker(&mut self, wid: i64) -> Res<()> {
-        self.check_wid(wid)?;
-        self.resume_all()
+        let w = self.check_wid(wid)?;
+        if !self.pipeline.is_running() {
+            // Under PauseAll: only this one resumes.
+            for o in 0..self.pipeline.graph().worker_list().len() {
+                if o != w {
+                    self.pipeline.hold_worker(o)?;
+                }
+            }
+            self.user_paused = false;
+            self.pipeline.release_worker(w)?;
+            self.pipeline.start()?;
+        } else {
+            self.pipeline.release_worker(w)?;
+        }
+        tracing::info!(wid, "worker resumed");
+        Ok(())
     }
 
     // ---- traffic classes ----
@@ -1403,20 +1429,10 @@ impl Daemon {
         v
     }
 
-    /// Module-specific values, read with the workers briefly paused.
+    /// Module-specific values, read with only the worker holding the
+    /// module briefly paused.
     fn extra_stats(&mut self, name: &str) -> Res<Vec<(&'static str, u64)>> {
-        let was = self.pipeline.is_running();
-        self.pipeline.pause()?;
-        let extra = self
-            .pipeline
-            .stats()
-            .module(name)
-            .map(|m| m.extra.clone())
-            .unwrap_or_default();
-        if was {
-            self.pipeline.start()?;
-        }
-        Ok(extra)
+        Ok(self.pipeline.module_extra(name)?)
     }
 
     pub fn module_command(&mut self, r: pb::CommandRequest) -> Res<pb::CommandResponse> {

@@ -440,7 +440,21 @@ pub struct PortResult {
     /// (its ring stayed full for [`FLUSH_TIME`]): freed, not sent, and
     /// so not counted as lost.
     pub unsent: u64,
+    /// Frames the port itself counted as dropped on receive during the
+    /// run (no buffer, ring full, NIC missed: `rx_dropped` +
+    /// `rx_errors`): a starved receiver's loss, counted where it
+    /// happened, like DPDK's `imissed`.
+    pub dropped_by_port: u64,
     pub receiver: Receiver,
+}
+
+impl PortResult {
+    /// Frames sent that neither came back nor were counted by the port.
+    pub fn lost(&self) -> u64 {
+        self.receiver
+            .lost(self.sent)
+            .saturating_sub(self.dropped_by_port)
+    }
 }
 
 /// How long, after the end (count reached, `--seconds`, Ctrl-C), the
@@ -517,6 +531,11 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
     let stop = stop_flag(args.seconds);
     eprintln!("{}", crate::cores::pin_data_path(args.cores.as_deref())?);
     let start = Instant::now();
+    let rx_drops = |p: &dyn Port| {
+        let s = p.stats();
+        s.rx_dropped + s.rx_errors
+    };
+    let drops_at_start: Vec<u64> = ports.iter().map(|p| rx_drops(p.as_ref())).collect();
     let mut lines = RateLines::new(
         ports.iter().map(|p| p.name().to_string()).collect(),
         ports.iter().map(|p| p.stats()).collect(),
@@ -586,7 +605,10 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
                 .iter()
                 .zip(&gens)
                 .zip(&unsent)
-                .all(|((r, g), u)| r.received >= g.sent() - u);
+                .zip(ports.iter().zip(&drops_at_start))
+                .all(|(((r, g), u), (p, d0))| {
+                    r.received + rx_drops(p.as_ref()).saturating_sub(*d0) >= g.sent() - u
+                });
             let quiet = last_rx.max(d).elapsed() > FLUSH_TIME;
             if !args.rx || all_back || quiet || d.elapsed() > FLUSH_CAP {
                 break;
@@ -598,10 +620,12 @@ pub fn run(args: &PktgenArgs) -> Result<Vec<PortResult>> {
         .zip(gens)
         .zip(receivers)
         .zip(unsent)
-        .map(|(((p, g), receiver), unsent)| PortResult {
+        .zip(drops_at_start)
+        .map(|((((p, g), receiver), unsent), d0)| PortResult {
             name: p.name().to_string(),
             sent: g.sent() - unsent,
             unsent,
+            dropped_by_port: rx_drops(p.as_ref()).saturating_sub(d0),
             receiver,
         })
         .collect();

@@ -71,7 +71,8 @@ struct WorkerThread {
     handle: Option<JoinHandle<()>>,
     cmd: mpsc::Sender<WorkerState>,
     back: mpsc::Receiver<WorkerState>,
-    /// [`RUN`], [`PAUSE`] or [`PUBLISH`]: read once a round.
+    /// [`RUN`], [`PAUSE`], [`PUBLISH`], [`HOLD`] or [`HELD`]: read once
+    /// a round.
     pause: Arc<AtomicU8>,
     /// Wakes the worker if it sleeps (after each change of `pause`);
     /// `None` if no eventfd could be made (the worker then never sleeps).
@@ -84,8 +85,25 @@ impl WorkerThread {
     /// Set the worker's flag and wake it if it sleeps.
     fn signal(&self, flag: u8) {
         self.pause.store(flag, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// Wake the worker if it sleeps or is held.
+    fn wake(&self) {
         if let Some(w) = &self.waker {
             w.wake();
+        }
+        if let Some(h) = &self.handle {
+            h.thread().unpark();
+        }
+    }
+
+    /// The flag a worker resumes with: [`HOLD`] if it is held.
+    fn resume_flag(held: bool) -> u8 {
+        if held {
+            HOLD
+        } else {
+            RUN
         }
     }
 }
@@ -96,6 +114,12 @@ const RUN: u8 = 0;
 const PAUSE: u8 = 1;
 /// Worker flag: publish the counters of the ports it holds, then run on.
 const PUBLISH: u8 = 2;
+/// Worker flag: stop running tasks after this round, keeping its part
+/// (BESS's PauseWorker); the worker answers [`HELD`].
+const HOLD: u8 = 3;
+/// Worker flag: held, between two rounds, its ports' counters published;
+/// it waits until the flag changes.
+const HELD: u8 = 4;
 
 /// A pipeline ready to run.
 pub struct Pipeline {
@@ -120,6 +144,9 @@ pub struct Pipeline {
     /// ([`Graph::fingerprints`]); an edit restarts only the running
     /// workers whose fingerprint changes.
     fingerprints: Vec<String>,
+    /// Per worker: held ([`Pipeline::hold_worker`]): it runs no task
+    /// while the others run, and stays held across edits and restarts.
+    held: Vec<bool>,
 }
 
 impl Pipeline {
@@ -138,6 +165,7 @@ impl Pipeline {
             worker_pauses: Vec::new(),
             homes: Vec::new(),
             fingerprints: Vec::new(),
+            held: Vec::new(),
         };
         p.commit()?;
         Ok(p)
@@ -320,6 +348,7 @@ impl Pipeline {
             }
         }
         self.sched_counters.truncate(n);
+        self.held.truncate(n);
         if let Some(w) = lost {
             let name = self
                 .graph
@@ -340,7 +369,8 @@ impl Pipeline {
                 self.threads.push(t);
             }
             let t = &self.threads[w];
-            t.pause.store(RUN, Ordering::SeqCst);
+            t.pause
+                .store(WorkerThread::resume_flag(self.is_held(w)), Ordering::SeqCst);
             if t.cmd.send(st).is_err() {
                 return Err(PipelineError::WorkerLost(
                     self.graph.workers[w].name.clone(),
@@ -403,7 +433,8 @@ impl Pipeline {
                 self.threads.push(t);
             }
             let t = &self.threads[w];
-            t.pause.store(RUN, Ordering::SeqCst);
+            t.pause
+                .store(WorkerThread::resume_flag(self.is_held(w)), Ordering::SeqCst);
             st.idle = self.idle;
             if t.cmd.send(st).is_err() {
                 return Err(PipelineError::WorkerLost(
@@ -476,13 +507,24 @@ impl Pipeline {
                         && st.sched.clock().is_real()
                         && st.runtime.tasks_sleep(st.sched.tree.tasks());
                     st.sched.resync();
+                    // The idle loop judges rounds over every task: a run
+                    // of one task that found nothing, right after another
+                    // task's queue woke the worker, is no spurious wake-up.
+                    let (mut runs, mut moved) = (0, false);
                     // One relaxed load a round: free next to a task run.
                     loop {
                         match flag.load(Ordering::Relaxed) {
                             RUN => {
                                 let rt = &mut st.runtime;
                                 let n = st.sched.run_counted(|task, now| rt.run_task(task, now));
-                                if sleepy && idle.round(n.is_some_and(|n| n > 0)) {
+                                moved |= n.is_some_and(|n| n > 0);
+                                runs += 1;
+                                if runs < tasks {
+                                    continue;
+                                }
+                                let worked = std::mem::take(&mut moved);
+                                runs = 0;
+                                if sleepy && idle.round(worked) {
                                     if let Some(w) = &wake {
                                         sleep(&mut st, &mut idle, tasks, &flag, w);
                                     }
@@ -498,6 +540,32 @@ impl Pipeline {
                                     Ordering::Relaxed,
                                 );
                             }
+                            HOLD => {
+                                // Held between two rounds: buffered output
+                                // out, counters current, then wait.
+                                st.runtime.on_pause();
+                                st.runtime.ports.flush();
+                                st.runtime.ports.publish();
+                                if flag
+                                    .compare_exchange(
+                                        HOLD,
+                                        HELD,
+                                        Ordering::AcqRel,
+                                        Ordering::Relaxed,
+                                    )
+                                    .is_ok()
+                                {
+                                    while flag.load(Ordering::Acquire) == HELD {
+                                        std::thread::park_timeout(Duration::from_millis(100));
+                                    }
+                                    if let Some(w) = &wake {
+                                        w.drain();
+                                    }
+                                    // Time held is not owed to the classes.
+                                    st.sched.resync();
+                                }
+                            }
+                            HELD => std::thread::park_timeout(Duration::from_millis(100)),
                             _ => break,
                         }
                     }
@@ -546,6 +614,76 @@ impl Pipeline {
             return Err(PipelineError::WorkerLost(w));
         }
         self.parked = Some(states);
+        Ok(())
+    }
+
+    /// Whether worker `w` is held ([`Pipeline::hold_worker`]).
+    pub fn is_held(&self, w: usize) -> bool {
+        self.held.get(w).copied().unwrap_or(false)
+    }
+
+    /// Whether worker `w` runs tasks now: the pipeline runs and `w` is
+    /// not held.
+    pub fn is_worker_running(&self, w: usize) -> bool {
+        self.running && w < self.graph.workers.len() && !self.is_held(w)
+    }
+
+    /// Hold worker `w` (BESS's PauseWorker): it finishes its round,
+    /// flushes and publishes its ports' counters, and runs no task until
+    /// [`Pipeline::release_worker`]; the other workers run on. Its part
+    /// stays with it (commands and edits still reach it, and it stays
+    /// held across them and across [`Pipeline::pause`] and
+    /// [`Pipeline::start`]). Returns once it has stopped.
+    pub fn hold_worker(&mut self, w: usize) -> Result<(), PipelineError> {
+        let name = match self.graph.workers.get(w) {
+            Some(s) => s.name.clone(),
+            None => return Err(GraphError::NoWorker(format!("#{w}")).into()),
+        };
+        if self.held.len() <= w {
+            self.held.resize(w + 1, false);
+        }
+        if self.held[w] {
+            return Ok(());
+        }
+        self.held[w] = true;
+        if !self.running || w >= self.threads.len() {
+            return Ok(());
+        }
+        self.pauses += 1;
+        self.count_pause([w]);
+        let t = &self.threads[w];
+        // From RUN or PUBLISH (a publish it skips: it publishes when held).
+        t.signal(HOLD);
+        loop {
+            match t.pause.load(Ordering::Acquire) {
+                HELD => return Ok(()),
+                _ if t.handle.as_ref().is_none_or(|h| h.is_finished()) => {
+                    return Err(PipelineError::WorkerLost(name))
+                }
+                _ => std::thread::sleep(Duration::from_micros(20)),
+            }
+        }
+    }
+
+    /// Let a held worker run its tasks again (BESS's ResumeWorker); a
+    /// worker not held is left as it is.
+    pub fn release_worker(&mut self, w: usize) -> Result<(), PipelineError> {
+        if w >= self.graph.workers.len() {
+            return Err(GraphError::NoWorker(format!("#{w}")).into());
+        }
+        if !self.is_held(w) {
+            return Ok(());
+        }
+        self.held[w] = false;
+        if let Some(t) = self.threads.get(w).filter(|_| self.running) {
+            // HOLD not yet seen, or HELD: either way it runs on.
+            for from in [HOLD, HELD] {
+                let _ = t
+                    .pause
+                    .compare_exchange(from, RUN, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            t.wake();
+        }
         Ok(())
     }
 
@@ -667,19 +805,42 @@ impl Pipeline {
         cmd: &str,
         arg: crate::args::Value,
     ) -> Result<crate::args::Value, PipelineError> {
-        let id = self.graph.id(module)?;
         let fail = |source| PipelineError::Command {
             module: module.to_string(),
             cmd: cmd.to_string(),
             source,
         };
         let mut args = crate::args::Args::from_value("arg", arg).map_err(fail)?;
+        self.with_module(module, |m| m.command(cmd, &mut args).map_err(fail))?
+    }
+
+    /// The module-specific values of `module` (a Measure's histogram, a
+    /// Queue's occupancy), current: on a running pipeline only the
+    /// worker holding the module stops, between two of its rounds.
+    pub fn module_extra(
+        &mut self,
+        module: &str,
+    ) -> Result<Vec<(&'static str, u64)>, PipelineError> {
+        self.with_module(module, |m| m.extra_stats())
+    }
+
+    /// Run `f` on `module` between two batches: on a running pipeline
+    /// the worker that holds the module finishes its round and stops
+    /// (the other workers run on), `f` runs, and the worker resumes with
+    /// its ports as they were (held if it was held).
+    fn with_module<R>(
+        &mut self,
+        module: &str,
+        f: impl FnOnce(&mut Box<dyn crate::Module>) -> R,
+    ) -> Result<R, PipelineError> {
+        let id = self.graph.id(module)?;
+        let gone = || PipelineError::Graph(GraphError::NoModule(module.into()));
         // A module no worker runs rests in the graph: nothing stops.
         if let Some(m) = self.graph.nodes[id]
             .as_mut()
             .and_then(|n| n.module.as_mut())
         {
-            return m.command(cmd, &mut args).map_err(fail);
+            return Ok(f(m));
         }
         // Running: only the worker holding the module stops, between two
         // of its rounds, keeping its ports; the others run on.
@@ -693,23 +854,23 @@ impl Pipeline {
             let name = self.graph.workers[w].name.clone();
             self.pauses += 1;
             self.count_pause([w]);
+            let held = self.is_held(w);
             let t = &self.threads[w];
             t.signal(PAUSE);
             let mut st = t
                 .back
                 .recv()
                 .map_err(|_| PipelineError::WorkerLost(name.clone()))?;
-            let r = match st
+            let r = st
                 .runtime
                 .slots
                 .get_mut(id)
                 .and_then(|s| s.as_mut())
                 .filter(|s| !s.is_half)
-            {
-                Some(s) => s.module.command(cmd, &mut args).map_err(fail),
-                None => Err(PipelineError::Graph(GraphError::NoModule(module.into()))),
-            };
-            t.pause.store(RUN, Ordering::SeqCst);
+                .map(|s| f(&mut s.module))
+                .ok_or_else(gone);
+            t.pause
+                .store(WorkerThread::resume_flag(held), Ordering::SeqCst);
             if t.cmd.send(st).is_err() {
                 return Err(PipelineError::WorkerLost(name));
             }
@@ -733,10 +894,7 @@ impl Pipeline {
                 .as_mut()
                 .and_then(|n| n.module.as_mut()),
         };
-        let r = match m {
-            Some(m) => m.command(cmd, &mut args).map_err(fail),
-            None => Err(PipelineError::Graph(GraphError::NoModule(module.into()))),
-        };
+        let r = m.map(f).ok_or_else(gone);
         if was_running {
             self.start()?;
         }
@@ -888,6 +1046,7 @@ impl Pipeline {
                 }
             }
             self.sched_counters.truncate(n);
+            self.held.truncate(n);
             self.commit()?;
         }
         Ok(removed?)

@@ -443,6 +443,24 @@ impl PortTable {
         }
     }
 
+    /// Push the buffered output of every port (or part) this worker
+    /// holds to its destination (a worker held between two rounds).
+    pub(crate) fn flush(&mut self) {
+        let flush = |p: &mut dyn Port| {
+            if let Err(e) = p.flush() {
+                tracing::warn!(error = %e, "flushing a port failed");
+            }
+        };
+        for s in &mut self.slots {
+            match s {
+                Slot::Whole(p) => flush(&mut **p),
+                Slot::Parts(parts) => parts.iter_mut().flatten().for_each(|p| flush(&mut **p)),
+                Slot::Locked(p) => flush(&mut **p.lock()),
+                Slot::Empty => {}
+            }
+        }
+    }
+
     /// Publish the counters of every port (or part) this worker holds,
     /// so that [`SharedPort::stats`] reads them while the worker runs
     /// (called by the worker between two rounds, when asked).

@@ -6,10 +6,15 @@
 //!
 //! Layout: [`LEVELS`] levels of 64 slots; an item due at tick `t` sits at
 //! the level of the highest 6-bit digit in which `t` differs from the
-//! wheel's current tick, in the slot of `t`'s digit there. When time
-//! reaches a slot's start, its items move to lower levels (or, at level
-//! 0, to the ready list, first in first out). A bitmap per level finds
-//! the next non-empty slot, so idle stretches cost nothing.
+//! wheel's current tick, in the slot of `t`'s digit there. So level 0
+//! holds the current 64-tick block one tick per slot, and every slot of
+//! a level starts before any slot of the levels above: the next slot to
+//! open is the lowest slot of the lowest non-empty level (a bitmap per
+//! level and one of levels find it in two instructions). Advancing
+//! moves level 0's slots up to the target onto the ready list (first in
+//! first out) in one sweep of its bitmap, then opens the next higher
+//! slot, if it starts by the target, and spreads its items over the
+//! levels below; idle stretches cost nothing.
 
 const BITS: u32 = 6;
 const SLOTS: usize = 1 << BITS;
@@ -35,13 +40,11 @@ pub struct TimerWheel {
     link: Vec<u32>,
     /// Per item: the tick it is due at.
     due: Vec<u64>,
-    slots: Vec<List>,
+    slots: Box<[[List; SLOTS]; LEVELS]>,
     bitmap: [u64; LEVELS],
     /// Levels with a non-empty slot.
     levels: u32,
     ready: List,
-    /// The earliest slot start at which something moves (`u64::MAX`: none).
-    next: u64,
     held: usize,
 }
 
@@ -57,11 +60,10 @@ impl TimerWheel {
             now: 0,
             link: Vec::new(),
             due: Vec::new(),
-            slots: vec![EMPTY; LEVELS * SLOTS],
+            slots: Box::new([[EMPTY; SLOTS]; LEVELS]),
             bitmap: [0; LEVELS],
             levels: 0,
             ready: EMPTY,
-            next: u64::MAX,
             held: 0,
         }
     }
@@ -92,18 +94,18 @@ impl TimerWheel {
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                self.slots[l * SLOTS + s] = EMPTY;
+                self.slots[l][s] = EMPTY;
             }
             self.bitmap[l] = 0;
         }
         self.levels = 0;
         self.ready = EMPTY;
-        self.next = u64::MAX;
         self.held = 0;
     }
 
     /// Hold `item` (not already held) until tick `at`; at or before the
     /// current tick it is ready at once.
+    #[inline]
     pub fn insert(&mut self, item: u32, at: u64) {
         let i = item as usize;
         if i >= self.link.len() {
@@ -115,17 +117,18 @@ impl TimerWheel {
         self.place(item, at);
     }
 
+    #[inline(always)]
     fn place(&mut self, item: u32, at: u64) {
         if at <= self.now {
             push(&mut self.link, &mut self.ready, item);
             return;
         }
-        let level = ((63 - (at ^ self.now).leading_zeros()) / BITS) as usize;
+        // `at ^ now` is not zero: its log is 0..=63, the level 0..=10.
+        let level = ((at ^ self.now).ilog2() / BITS) as usize;
         let slot = ((at >> (BITS as usize * level)) as usize) & (SLOTS - 1);
-        push(&mut self.link, &mut self.slots[level * SLOTS + slot], item);
+        push(&mut self.link, &mut self.slots[level][slot], item);
         self.bitmap[level] |= 1 << slot;
         self.levels |= 1 << level;
-        self.next = self.next.min(self.start(level, slot));
     }
 
     /// The tick at which slot `slot` of `level` begins, in the current
@@ -140,58 +143,76 @@ impl TimerWheel {
         block | ((slot as u64) << (BITS as usize * level))
     }
 
-    fn earliest(&self) -> u64 {
-        let mut next = u64::MAX;
-        let mut levels = self.levels;
-        while levels != 0 {
-            let l = levels.trailing_zeros() as usize;
-            levels &= levels - 1;
-            let s = self.bitmap[l].trailing_zeros() as usize;
-            next = next.min(self.start(l, s));
-        }
-        next
-    }
-
     /// Move time to tick `to` (never backwards): every item due by then
-    /// becomes ready, in order of due slot.
+    /// becomes ready, in order of due tick, except that items of one
+    /// higher slot that all fall due within this call keep the slot's
+    /// order (so the order is exact up to the span of one call: a run of
+    /// a task that calls this as often as it sends sends them all
+    /// anyway).
     pub fn advance(&mut self, to: u64) {
-        // `next` is u64::MAX both for nothing held and for a slot that
-        // starts at the last tick: the level mask tells them apart.
-        while self.levels != 0 && self.next <= to {
-            let at = self.next;
-            self.now = at;
-            let mut levels = self.levels;
-            // Highest first: a higher slot's items may land in a lower
-            // level's slot that starts at this same tick (then ready).
-            while levels != 0 {
-                let l = 31 - levels.leading_zeros() as usize;
-                levels &= !(1 << l);
-                let s = self.bitmap[l].trailing_zeros() as usize;
-                if self.start(l, s) != at {
-                    continue;
-                }
-                let list = std::mem::replace(&mut self.slots[l * SLOTS + s], EMPTY);
-                self.bitmap[l] &= !(1 << s);
-                if self.bitmap[l] == 0 {
-                    self.levels &= !(1 << l);
-                }
-                if l == 0 {
-                    splice(&mut self.link, &mut self.ready, list);
-                } else {
-                    let mut it = list.head;
-                    while it != NIL {
-                        let following = self.link[it as usize];
-                        self.place(it, self.due[it as usize]);
-                        it = following;
-                    }
-                }
-            }
-            self.next = self.earliest();
+        if to <= self.now {
+            return;
         }
-        self.now = self.now.max(to);
+        loop {
+            // Level 0 is the current block, a tick a slot: every slot up
+            // to `to` goes to the ready list, in one sweep.
+            if self.bitmap[0] != 0 {
+                let base = self.now & !(SLOTS as u64 - 1);
+                let mask = match to - base {
+                    d if d >= SLOTS as u64 - 1 => u64::MAX,
+                    d => (2u64 << d) - 1,
+                };
+                let mut bits = self.bitmap[0] & mask;
+                self.bitmap[0] &= !mask;
+                while bits != 0 {
+                    let s = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let list = std::mem::replace(&mut self.slots[0][s], EMPTY);
+                    splice(&mut self.link, &mut self.ready, list);
+                }
+                if self.bitmap[0] != 0 {
+                    // Level 0 holds a tick after `to`: nothing above
+                    // opens before it.
+                    break;
+                }
+                self.levels &= !1;
+            }
+            // The lowest level's lowest slot opens next.
+            if self.levels == 0 {
+                break;
+            }
+            let l = self.levels.trailing_zeros() as usize;
+            let s = self.bitmap[l].trailing_zeros() as usize;
+            let at = self.start(l, s);
+            if at > to {
+                break;
+            }
+            self.now = at;
+            let list = std::mem::replace(&mut self.slots[l][s], EMPTY);
+            self.bitmap[l] &= !(1 << s);
+            if self.bitmap[l] == 0 {
+                self.levels &= !(1 << l);
+            }
+            // Its items due by `to` are ready (in the slot's order: they
+            // fall due within this one call), the others spread over the
+            // levels below.
+            let mut it = list.head;
+            while it != NIL {
+                let following = self.link[it as usize];
+                let due = self.due[it as usize];
+                if due <= to {
+                    push(&mut self.link, &mut self.ready, it);
+                } else {
+                    self.place(it, due);
+                }
+                it = following;
+            }
+        }
+        self.now = to;
     }
 
     /// The next ready item, first due first.
+    #[inline]
     pub fn pop_ready(&mut self) -> Option<u32> {
         let item = self.ready.head;
         if item == NIL {
@@ -210,19 +231,22 @@ impl TimerWheel {
         self.ready.head != NIL
     }
 
-    /// The tick something next falls due: the current one if an item is
-    /// ready, `None` if nothing is held.
+    /// When something next may fall due: the current tick if an item is
+    /// ready, else the start of the next slot to open (no later than its
+    /// items' ticks), `None` if nothing is held.
     pub fn next_due(&self) -> Option<u64> {
         if self.has_ready() {
-            Some(self.now)
-        } else if self.levels == 0 {
-            None
-        } else {
-            Some(self.next)
+            return Some(self.now);
         }
+        if self.levels == 0 {
+            return None;
+        }
+        let l = self.levels.trailing_zeros() as usize;
+        Some(self.start(l, self.bitmap[l].trailing_zeros() as usize))
     }
 }
 
+#[inline(always)]
 fn push(link: &mut [u32], list: &mut List, item: u32) {
     link[item as usize] = NIL;
     if list.tail == NIL {
@@ -233,6 +257,7 @@ fn push(link: &mut [u32], list: &mut List, item: u32) {
     list.tail = item;
 }
 
+#[inline(always)]
 fn splice(link: &mut [u32], list: &mut List, other: List) {
     if other.head == NIL {
         return;
