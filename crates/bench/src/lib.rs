@@ -13,7 +13,9 @@
 //! - [`rfc2544`]: RFC 2544 throughput, latency, frame loss and
 //!   back-to-back for any DUT over vhost-user or simulated 82599s;
 //! - [`traffic`]: the many-flow shaper's accuracy and cost (issue 21);
-//! - [`classify`]: the rule-table classifiers against table size (issue 20).
+//! - [`classify`]: the rule-table classifiers against table size (issue 20);
+//! - [`offloads`]: SoftNIC's Table 1, TCP over VXLAN through the kernel
+//!   and through nfkit's TSO/LRO over TAP (issue 19).
 #![forbid(unsafe_code)]
 
 pub mod callgrind;
@@ -22,6 +24,7 @@ pub mod control;
 pub mod drivers;
 pub mod idle;
 pub mod nfs;
+pub mod offloads;
 pub mod pipeline;
 pub mod ports;
 pub mod rfc2544;

@@ -84,7 +84,8 @@ enum Cmd {
         /// Measured seconds per figure.
         #[arg(long, default_value_t = 3)]
         seconds: u64,
-        /// Pairs of data-path runs (unpolled, polled); medians reported.
+        /// Pairs of data-path runs (unpolled and polled, ABBA order);
+        /// medians reported.
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
@@ -186,6 +187,25 @@ enum Cmd {
         /// Only the 1k-entry cases (a smoke run).
         #[arg(long)]
         quick: bool,
+    },
+    /// SoftNIC's Table 1 (issue 19): TCP over VXLAN between two
+    /// namespaces through the kernel's VXLAN and through nfkit's software
+    /// TSO/LRO over a TAP with vnet headers: Gbit/s and cycles per byte
+    /// of every participant, softirq included; and the 82599's driver
+    /// instructions per 64 KB TSO send. Needs root, iperf3 and ethtool.
+    Offloads {
+        /// Bytes per transfer (iperf3 -n; K, M, G suffixes).
+        #[arg(long, default_value = "1G")]
+        bytes: String,
+        /// TCP streams per transfer (iperf3 -P).
+        #[arg(long, default_value_t = 1)]
+        streams: usize,
+        /// Underlay set-ups (default: wire, then defaults).
+        #[arg(long = "underlay", value_enum)]
+        underlays: Vec<nfkit_bench::offloads::Underlay>,
+        /// 82599 TSO sends measured under callgrind (0: skip).
+        #[arg(long, default_value_t = 2_000)]
+        sends: u64,
     },
     /// (internal) the lock-step run measured under callgrind.
     #[command(hide = true)]
@@ -332,6 +352,25 @@ fn main() -> Result<()> {
         }
         Cmd::Traffic { seconds, quick } => nfkit_bench::traffic::traffic(seconds, quick)?,
         Cmd::Classify { packets, quick } => nfkit_bench::classify::classify(packets, quick)?,
+        Cmd::Offloads {
+            bytes,
+            streams,
+            mut underlays,
+            sends,
+        } => {
+            if underlays.is_empty() {
+                underlays = vec![
+                    nfkit_bench::offloads::Underlay::Wire,
+                    nfkit_bench::offloads::Underlay::Defaults,
+                ];
+            }
+            nfkit_bench::offloads::offloads(&nfkit_bench::offloads::Options {
+                bytes,
+                streams,
+                underlays,
+                sends,
+            })?
+        }
         Cmd::Nfs {
             seconds,
             packets,

@@ -10,10 +10,11 @@
 //! flows under 0.999), the inter-packet-gap σ (mean over flows), the
 //! shaper's cycles per packet (measured apart: the module alone, every
 //! flow backlogged, 4,096 packets held in all, one enqueue and one
-//! dequeue per packet), and the shaper's
-//! `tokens_lost` (credit lost while the worker fell behind). Targets:
-//! accuracy >= 0.999 at 1,000 flows; cycles per packet within 20% from 1
-//! to 4,096 flows.
+//! dequeue per packet; and the same loop's instructions per packet in
+//! lock step under callgrind, which the machine's load does not move),
+//! and the shaper's `tokens_lost` (credit lost while the worker fell
+//! behind). Targets: accuracy >= 0.999 at 1,000 flows; cost per packet
+//! within 20% from 1 to 4,096 flows.
 //!
 //! Part b: FlowDirector's cycles per packet at 1k, 64k and 1M exact
 //! 5-tuple entries (batches of 32 over 8,192 frames hitting random
@@ -284,6 +285,24 @@ pub fn shaper_lockstep(flows: usize, packets: u64) -> Result<u64> {
     Ok(done)
 }
 
+/// Packets of a callgrind run of [`shaper_lockstep`].
+const LOCKSTEP_PACKETS: u64 = 100_000;
+
+/// Instructions per packet of [`shaper_lockstep`] with `flows` flows,
+/// from callgrind (`None` without valgrind).
+pub fn shaper_instructions(flows: usize) -> Result<Option<f64>> {
+    crate::callgrind::per_packet(
+        "shaper_round",
+        &[
+            "shaper-lockstep",
+            "--flows",
+            &flows.to_string(),
+            "--packets",
+            &LOCKSTEP_PACKETS.to_string(),
+        ],
+    )
+}
+
 /// Set up the backlogged shaper, then call `more` with a round (256
 /// runs, each packet sent put back into its flow) until it says stop.
 fn shaper_rounds(
@@ -406,34 +425,55 @@ pub fn traffic(seconds: u64, quick: bool) -> Result<()> {
     );
     println!(
         "accuracy = 1 - |measured/configured - 1| per flow (first to last packet at the sink); \
-         cycles/pkt = the shaper alone with every flow backlogged (one enqueue, one dequeue) x {:.0} MHz",
+         cycles/pkt = the shaper alone with every flow backlogged (one enqueue, one dequeue) x {:.0} MHz; \
+         instr/pkt = the same in lock step under callgrind (`nfkit-bench shaper-lockstep --flows N \
+         --packets {LOCKSTEP_PACKETS}`; not affected by the machine's load)",
         hz / 1e6
     );
     println!(
-        "{:>6} {:>9} {:>13} {:>10} {:>13} {:>11} {:>12}",
-        "flows", "packets", "min accuracy", "< 0.999", "IPG sigma us", "cycles/pkt", "tokens lost"
+        "{:>6} {:>9} {:>13} {:>10} {:>13} {:>11} {:>10} {:>12}",
+        "flows",
+        "packets",
+        "min accuracy",
+        "< 0.999",
+        "IPG sigma us",
+        "cycles/pkt",
+        "instr/pkt",
+        "tokens lost"
     );
-    let mut cycles = Vec::new();
+    let (mut cycles, mut instr) = (Vec::new(), Vec::new());
     for flows in FLOWS {
         let r = measure(flows, seconds, hz)?;
+        let i = shaper_instructions(flows)?;
         println!(
-            "{:>6} {:>9} {:>13.5} {:>10} {:>13.2} {:>11.0} {:>12}",
+            "{:>6} {:>9} {:>13.5} {:>10} {:>13.2} {:>11.0} {:>10} {:>12}",
             r.flows,
             r.packets,
             r.min_accuracy,
             r.under_999,
             r.ipg_sigma_us,
             r.cycles_per_packet,
+            i.map_or("-".to_string(), |i| format!("{i:.0}")),
             r.tokens_lost
         );
         cycles.push(r.cycles_per_packet);
+        instr.extend(i);
     }
-    let (lo, hi) = cycles
-        .iter()
-        .fold((f64::MAX, 0.0f64), |(lo, hi), &c| (lo.min(c), hi.max(c)));
-    println!(
-        "targets: accuracy >= 0.999 at 1,000 flows; cycles/pkt within 20% from 1 to 4,096 flows (here {:+.0}%)",
+    let growth = |v: &[f64]| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &c| (lo.min(c), hi.max(c)));
         (hi / lo - 1.0) * 100.0
+    };
+    let instr_growth = if instr.len() == FLOWS.len() {
+        format!("instructions {:+.0}%, ", growth(&instr))
+    } else {
+        "instructions not measured (no valgrind), ".to_string()
+    };
+    println!(
+        "targets: accuracy >= 0.999 at 1,000 flows; cost per packet within 20% from 1 to 4,096 flows \
+         (here {instr_growth}cycles {:+.0}%)",
+        growth(&cycles)
     );
     println!();
     flow_director(hz, quick)?;

@@ -109,3 +109,55 @@ fn bench_classify_prints_every_class() {
         assert!(cycles > 0.0, "{line}");
     }
 }
+
+#[test]
+fn bench_offloads_prints_both_paths_and_the_ratio() {
+    require_root!();
+    for t in ["iperf3", "ethtool", "ping"] {
+        require_tool!(t);
+    }
+    let text = bench(&[
+        "offloads",
+        "--bytes",
+        "4M",
+        "--underlay",
+        "wire",
+        "--sends",
+        "0",
+    ]);
+    for dir in ["A->B tx", "B->A rx"] {
+        for path in ["kernel VXLAN", "nfkit VXLAN+TSO/LRO"] {
+            let line = text
+                .lines()
+                .find(|l| l.contains(dir) && l.contains(path))
+                .unwrap_or_else(|| panic!("no row {dir} {path}:\n{text}"));
+            let gbps: f64 = line
+                .split('|')
+                .next()
+                .and_then(|s| s.split_whitespace().last()?.parse().ok())
+                .unwrap_or_else(|| panic!("no Gbit/s in {line}"));
+            assert!(gbps > 0.0, "{line}");
+        }
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ratio nfkit/kernel, wire: tx (TSO) ") && l.contains("x bits")),
+        "no ratio:\n{text}"
+    );
+    // The kernel's 64 KB frames reached TSO, and LRO coalesced.
+    let count = |prefix: &str, word: &str| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{text}"));
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let i = w.iter().position(|x| *x == word).unwrap();
+        w[i + 1].parse().unwrap()
+    };
+    assert!(count("nfkit wire A->B", "cut") > 0, "{text}");
+    assert!(count("nfkit wire B->A", "made") > 0, "{text}");
+    // The 82599 half's lock-step entry (callgrind measures it in
+    // release: `nfkit bench offloads` or `drivers`).
+    let out = bench(&["bench-tso-lockstep", "--sends", "3"]);
+    assert!(!out.contains("refused"), "{out}");
+}

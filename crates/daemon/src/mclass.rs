@@ -72,15 +72,13 @@ pub fn type_name(any: &Any) -> &str {
     any.type_url.rsplit('/').next().unwrap_or("")
 }
 
-/// Decode `any` as `T` named `bess.pb.NAME`; an absent argument is the
-/// message's defaults.
+/// Decode `any` as `T` named `bess.pb.NAME`; an absent argument, or a
+/// `bess.pb.EmptyArg` (what pybess packs for a class BESS gives no
+/// `<Class>Arg`, such as MPLSPop), is the message's defaults.
 pub fn decode<T: Message + Default>(any: Option<&Any>, name: &str) -> Res<T> {
-    let Some(any) = any else {
+    let Some(any) = any.filter(|a| !is_empty_arg(a)) else {
         return Ok(T::default());
     };
-    if any.type_url.is_empty() && any.value.is_empty() {
-        return Ok(T::default());
-    }
     let want = format!("bess.pb.{name}");
     if type_name(any) != want {
         return Err(Fail::inval(format!(
@@ -89,6 +87,11 @@ pub fn decode<T: Message + Default>(any: Option<&Any>, name: &str) -> Res<T> {
         )));
     }
     T::decode(any.value.as_slice()).map_err(|e| Fail::inval(format!("malformed {want}: {e}")))
+}
+
+/// No argument: nothing at all, or a `bess.pb.EmptyArg`.
+fn is_empty_arg(a: &Any) -> bool {
+    (a.type_url.is_empty() && a.value.is_empty()) || type_name(a) == "bess.pb.EmptyArg"
 }
 
 /// Pack `m` as an `Any` of type `bess.pb.NAME`.
@@ -309,7 +312,7 @@ pub fn bess_args(class: &str, any: Option<&Any>) -> Res<Vec<(String, Value)>> {
         _ => {
             // Every other class reads BESS's fields under their own
             // names (nfkit-pipeline's classes take BESS's argument names).
-            let Some(a) = any.filter(|a| !(a.type_url.is_empty() && a.value.is_empty())) else {
+            let Some(a) = any.filter(|a| !is_empty_arg(a)) else {
                 return Ok(Vec::new());
             };
             let (msg, v) = crate::reflect::any_to_value(a)?;

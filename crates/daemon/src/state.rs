@@ -509,6 +509,10 @@ impl Daemon {
         for n in names.iter().rev() {
             self.destroy_worker(wid_of(n))?;
         }
+        // As after BESS's ResetWorkers, the next AddWorker(wid 0) is
+        // accepted (it adopts worker 0 again), and worker 0 runs.
+        self.w0_adopted = false;
+        self.pipeline.release_worker(0)?;
         Ok(())
     }
 

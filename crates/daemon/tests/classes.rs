@@ -188,6 +188,11 @@ fn bess_arguments_build_every_core_class() {
             Some(pack(&pb::DumpArg { interval: 1.0 }, "DumpArg")),
         ),
         ("NoOP", None),
+        // pybess packs an EmptyArg for a class BESS gives no `<Class>Arg`
+        // (MPLSPop), and for Sink, Bypass and the like: the defaults.
+        ("MPLSPop", Some(pack(&pb::EmptyArg {}, "EmptyArg"))),
+        ("Source", Some(pack(&pb::EmptyArg {}, "EmptyArg"))),
+        ("Bypass", Some(pack(&pb::EmptyArg {}, "EmptyArg"))),
     ];
     for (i, (class, arg)) in cases.into_iter().enumerate() {
         create(&mut d, &format!("m{i}"), class, arg).unwrap_or_else(|e| panic!("{class}: {e}"));

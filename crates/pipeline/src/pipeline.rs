@@ -507,13 +507,24 @@ impl Pipeline {
                         && st.sched.clock().is_real()
                         && st.runtime.tasks_sleep(st.sched.tree.tasks());
                     st.sched.resync();
+                    // The idle loop judges rounds over every task: a run
+                    // of one task that found nothing, right after another
+                    // task's queue woke the worker, is no spurious wake-up.
+                    let (mut runs, mut moved) = (0, false);
                     // One relaxed load a round: free next to a task run.
                     loop {
                         match flag.load(Ordering::Relaxed) {
                             RUN => {
                                 let rt = &mut st.runtime;
                                 let n = st.sched.run_counted(|task, now| rt.run_task(task, now));
-                                if sleepy && idle.round(n.is_some_and(|n| n > 0)) {
+                                moved |= n.is_some_and(|n| n > 0);
+                                runs += 1;
+                                if runs < tasks {
+                                    continue;
+                                }
+                                let worked = std::mem::take(&mut moved);
+                                runs = 0;
+                                if sleepy && idle.round(worked) {
                                     if let Some(w) = &wake {
                                         sleep(&mut st, &mut idle, tasks, &flag, w);
                                     }

@@ -392,10 +392,11 @@ fn an_edit_pauses_only_the_workers_whose_part_changes() {
 #[test]
 fn a_queue_consumer_worker_sleeps_and_its_producer_wakes_it() {
     // Worker a: a Source paced at 200 packets/s into a Queue; worker b
-    // runs only the Queue's task. b sleeps between packets and the
-    // Queue's doorbell wakes it: with the longest sleep at 10 s nothing
-    // else could deliver the packets within the second.
-    let src = "worker a\nworker b\ntc rl = rate_limit(worker=a, resource=packet, limit=200)\ns::Source(size=60, burst=1) -> q::Queue(size=1024)\nq -> out::Sink()\ns.attach(tc=rl)\nq.attach(worker=b)\n";
+    // runs only the Queue's task and a TSO task behind it (issue 19: a
+    // TSO task does not keep its worker polling). b sleeps between
+    // packets and the Queue's doorbell wakes it: with the longest sleep
+    // at 10 s nothing else could deliver the packets within the second.
+    let src = "worker a\nworker b\ntc rl = rate_limit(worker=a, resource=packet, limit=200)\ns::Source(size=60, burst=1) -> q::Queue(size=1024)\nq -> tso::TSO() -> out::Sink()\ns.attach(tc=rl)\nq.attach(worker=b)\ntso.attach(worker=b)\n";
     let mut p = build(src, Arc::new(RealClock::default()));
     p.set_idle(nfkit_port::IdleOptions {
         sleep_after: Some(Duration::from_micros(200)),
@@ -419,7 +420,7 @@ fn a_queue_consumer_worker_sleeps_and_its_producer_wakes_it() {
     );
     assert!(
         asleep > 0.5,
-        "worker b asleep {:.1}% of its time",
+        "worker b asleep {:.1}% of its time: {s}",
         100.0 * asleep
     );
 }

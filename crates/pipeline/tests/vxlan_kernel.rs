@@ -15,26 +15,9 @@
 
 use nfkit_pipeline::parse;
 use nfkit_port::{OpenOptions, PortSpec};
+use nfkit_testkit::vxlan::{kernel_vxlan_end, mac_of, nstat, overlay_nfk};
 use nfkit_testkit::{offloads_off, require_root, require_tool, Netns, Veth};
 use std::time::Duration;
-
-fn mac_of(ns: &Netns, dev: &str) -> String {
-    let out = ns.run(&["ip", "link", "show", "dev", dev]).unwrap();
-    out.split_whitespace()
-        .skip_while(|w| *w != "link/ether")
-        .nth(1)
-        .expect("an Ethernet address")
-        .to_string()
-}
-
-/// `nstat` counter `name` in `ns` (absolute), 0 if absent.
-fn nstat(ns: &Netns, name: &str) -> u64 {
-    let out = ns.run(&["nstat", "-az", name]).unwrap_or_default();
-    out.lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
 
 /// The SHA-256 of file `p` (`sha256sum`), in hex.
 fn hash(p: &std::path::Path) -> String {
@@ -47,69 +30,6 @@ fn hash(p: &std::path::Path) -> String {
         .next()
         .unwrap()
         .to_string()
-}
-
-/// MAC bytes as the little-endian integer SetMetadata writes.
-fn mac_le(mac: &str) -> u64 {
-    let b: Vec<u64> = mac
-        .split(':')
-        .map(|x| u64::from_str_radix(x, 16).unwrap())
-        .collect();
-    b.iter().rev().fold(0, |v, x| v << 8 | x)
-}
-
-/// The kernel's end of the tunnel in `b`: `vx0` (VNI 42, UDP 4789) over
-/// `dev` from 192.168.N.2 to nfkit's 192.168.N.1, overlay 10.N.0.2/24;
-/// false when this kernel has no vxlan devices.
-fn kernel_vxlan_end(b: &Netns, dev: &str, n: u8) -> bool {
-    let (remote, local) = (format!("192.168.{n}.1"), format!("192.168.{n}.2"));
-    let vx = [
-        "ip", "link", "add", "vx0", "type", "vxlan", "id", "42", "remote", &remote, "local",
-        &local, "dstport", "4789", "dev", dev,
-    ];
-    if b.run(&vx).is_err() {
-        return false;
-    }
-    b.run(&["ip", "addr", "add", &format!("10.{n}.0.2/24"), "dev", "vx0"])
-        .unwrap();
-    b.run(&["ip", "link", "set", "vx0", "up"]).unwrap();
-    true
-}
-
-/// nfkit's side: overlay port `pa`'s frames encapsulated towards
-/// `dst_mac` (then `encap_tail`, ending in EtherEncap and what follows)
-/// onto the underlay AF_PACKET port on `hb`; the underlay's VXLAN
-/// decapsulated (then `decap_tail`) back to `pa`; ARP for nfkit's
-/// underlay address 192.168.N.1 answered as `nfkit_mac`.
-fn overlay_nfk(
-    pa: &str,
-    hb: &str,
-    n: u8,
-    nfkit_mac: &str,
-    dst_mac: &str,
-    encap_tail: &str,
-    decap_tail: &str,
-) -> String {
-    format!(
-        r#"
-port pa = "{pa}"
-port pb = "afpacket:{hb}"
-outa::PortOut(port=pa)
-outb::PortOut(port=pb)
-PortInc(port=pa)
-  -> SetMetadata(attribute=tun_ip_src, size=4, value=0x01{n:02x}a8c0)
-  -> SetMetadata(attribute=tun_ip_dst, size=4, value=0x02{n:02x}a8c0)
-  -> SetMetadata(attribute=tun_id, size=4, value=0x2a000000)
-  -> SetMetadata(attribute=ether_src, size=6, value={src_mac})
-  -> SetMetadata(attribute=ether_dst, size=6, value={dst_mac})
-  -> enc::VXLANEncap() -> IPEncap() -> {encap_tail} -> outb
-PortInc(port=pb) -> sel::BPF(gates=3, filters=[(filter="udp dst port 4789", gate=1), (filter="arp", gate=2)])
-sel:1 -> dec::VXLANDecap(){decap_tail} -> outa
-sel:2 -> ArpResponder(ip="192.168.{n}.1", mac_addr="{nfkit_mac}") -> outb
-"#,
-        src_mac = mac_le(nfkit_mac),
-        dst_mac = mac_le(dst_mac),
-    )
 }
 
 #[test]
@@ -139,10 +59,10 @@ fn kernel_vxlan(turn_offloads_off: bool) {
     }
     a.run(&["ip", "link", "set", "dev", &va.a, "mtu", "1450"])
         .unwrap();
-    if !kernel_vxlan_end(&b, &vb.a, 98) {
+    if !kernel_vxlan_end(&b, &vb.a, 98, 2) {
         nfkit_testkit::skip!("this kernel has no vxlan devices");
     }
-    let mac_b = mac_of(&b, &vb.a);
+    let mac_b = mac_of(&b, &vb.a).unwrap();
     let nfkit_mac = "02:00:00:98:00:01";
     let src = overlay_nfk(
         &format!("afpacket:{}", va.b),
@@ -254,10 +174,10 @@ fn tap_tso_and_lro_over_kernel_vxlan() {
     let (a, b) = (Netns::new().unwrap(), Netns::new().unwrap());
     let mut vb = Veth::new().unwrap();
     vb.move_a(&b, "192.168.97.2/24").unwrap();
-    if !kernel_vxlan_end(&b, &vb.a, 97) {
+    if !kernel_vxlan_end(&b, &vb.a, 97, 2) {
         nfkit_testkit::skip!("this kernel has no vxlan devices");
     }
-    let mac_b = mac_of(&b, &vb.a);
+    let mac_b = mac_of(&b, &vb.a).unwrap();
     let nfkit_mac = "02:00:00:97:00:01";
     let tap = nfkit_testkit::unique_name("t");
     let src = overlay_nfk(

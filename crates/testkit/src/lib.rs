@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 mod dpdk_env;
+pub mod vxlan;
 pub use dpdk_env::{DpdkEnv, DpdkEnvError};
 
 use anyhow::{bail, Context, Result};

@@ -40,7 +40,7 @@ pub struct TimerWheel {
     link: Vec<u32>,
     /// Per item: the tick it is due at.
     due: Vec<u64>,
-    slots: Vec<List>,
+    slots: Box<[[List; SLOTS]; LEVELS]>,
     bitmap: [u64; LEVELS],
     /// Levels with a non-empty slot.
     levels: u32,
@@ -60,7 +60,7 @@ impl TimerWheel {
             now: 0,
             link: Vec::new(),
             due: Vec::new(),
-            slots: vec![EMPTY; LEVELS * SLOTS],
+            slots: Box::new([[EMPTY; SLOTS]; LEVELS]),
             bitmap: [0; LEVELS],
             levels: 0,
             ready: EMPTY,
@@ -94,7 +94,7 @@ impl TimerWheel {
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                self.slots[l * SLOTS + s] = EMPTY;
+                self.slots[l][s] = EMPTY;
             }
             self.bitmap[l] = 0;
         }
@@ -123,9 +123,10 @@ impl TimerWheel {
             push(&mut self.link, &mut self.ready, item);
             return;
         }
-        let level = ((63 - (at ^ self.now).leading_zeros()) / BITS) as usize;
+        // `at ^ now` is not zero: its log is 0..=63, the level 0..=10.
+        let level = ((at ^ self.now).ilog2() / BITS) as usize;
         let slot = ((at >> (BITS as usize * level)) as usize) & (SLOTS - 1);
-        push(&mut self.link, &mut self.slots[level * SLOTS + slot], item);
+        push(&mut self.link, &mut self.slots[level][slot], item);
         self.bitmap[level] |= 1 << slot;
         self.levels |= 1 << level;
     }
@@ -166,7 +167,7 @@ impl TimerWheel {
                 while bits != 0 {
                     let s = bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    let list = std::mem::replace(&mut self.slots[s], EMPTY);
+                    let list = std::mem::replace(&mut self.slots[0][s], EMPTY);
                     splice(&mut self.link, &mut self.ready, list);
                 }
                 if self.bitmap[0] != 0 {
@@ -187,7 +188,7 @@ impl TimerWheel {
                 break;
             }
             self.now = at;
-            let list = std::mem::replace(&mut self.slots[l * SLOTS + s], EMPTY);
+            let list = std::mem::replace(&mut self.slots[l][s], EMPTY);
             self.bitmap[l] &= !(1 << s);
             if self.bitmap[l] == 0 {
                 self.levels &= !(1 << l);

@@ -16,7 +16,8 @@
 //! A frame makes up to `max_segments` frames, more than one output batch
 //! holds: TSO is a task. Frames (all, in order) wait in a backlog of
 //! `backlog` frames (default 256) and each run of the task sends as many
-//! segments and frames as the output batch has room for.
+//! segments and frames as the output batch has room for. The task lets
+//! its worker sleep when idle (`Module::task_sleeps`).
 //!
 //! Drops, counted with their reason (statistics): metadata that lies
 //! (`bad_offsets`: checksum start or header length not the frame's, or
@@ -187,6 +188,14 @@ impl Module for Tso {
     }
     fn run_task(&mut self, ctx: &mut Ctx<'_>) {
         self.drain(ctx);
+    }
+    /// The backlog is filled only by the input side, which runs on this
+    /// worker (TSO cannot span two), from what its other tasks received;
+    /// and a run with a backlog always sends or drops (its output batch is
+    /// empty at the start of each run). So once a run found nothing, only
+    /// the worker's receive queues bring work: its worker may sleep.
+    fn task_sleeps(&self) -> bool {
+        true
     }
     fn extra_stats(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<(&'static str, u64)> = GsoError::ALL
