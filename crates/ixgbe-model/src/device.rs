@@ -171,6 +171,7 @@ fn irq_reg(slot: &Slot) -> Option<IrqReg> {
 
 impl Device {
     pub fn new(cfg: ModelConfig, dma: Arc<SimDma>) -> Arc<Device> {
+        let cfg_irq_fault = cfg.faults.irq;
         let dev = Arc::new(Device {
             strict: Strict::new(cfg.strict),
             wire: WireState::new(&cfg),
@@ -191,7 +192,7 @@ impl Device {
             next_event: AtomicU64::new(u64::MAX),
             in_reset: AtomicBool::new(false),
             link_since: AtomicU64::new(u64::MAX),
-            irq: Irq::new(),
+            irq: Irq::new(cfg_irq_fault),
         });
         // Power-on: the same timeline as a software reset, from time zero,
         // but nobody set CTRL.RST so nobody is waiting on it.

@@ -95,6 +95,21 @@ pub struct Faults {
     pub rx_length_excess: u16,
     /// STATUS.PCIE_MASTER_ENABLE_STATUS never clears.
     pub master_disable_stuck: bool,
+    /// Interrupts that never come, or never stop.
+    pub irq: IrqFault,
+}
+
+/// How the device's MSI-X messages misbehave.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum IrqFault {
+    #[default]
+    None,
+    /// Messages are decided (and counted) but no eventfd is signalled:
+    /// a device that raises no interrupt.
+    Silent,
+    /// Every vector's eventfd is signalled at every device step, whatever
+    /// the causes and masks: an interrupt that never stops.
+    Storm,
 }
 
 /// Configuration of one simulated port.

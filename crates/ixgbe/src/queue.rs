@@ -176,18 +176,16 @@ impl<B: Bar> RxQueue<B> {
         let mut added = 0;
         let mut bytes = 0;
         let mut lens = [0u16; MAX_BATCH];
-        let mut fresh = [0u64; MAX_BATCH];
         loop {
             let (n, run_bytes, stop) = self.good_frames(i, batch.room(), &mut lens);
-            let taken = self.bufs.take_bulk(i, &lens[..n], batch, &mut fresh);
-            if self.rx_checksum {
-                self.verdicts(i, taken, batch);
-            }
-            // The run does not wrap (see `good_frames`).
-            for (desc, &addr) in ring.run(i, taken).iter().zip(&fresh[..taken]) {
-                desc.write_q0(addr);
-                desc.write_q1(0);
-            }
+            // The taken descriptors get their fresh buffers in the same
+            // pass; the run does not wrap (see `good_frames`).
+            let taken = if self.rx_checksum {
+                rx_chain::take_with_verdicts(&self.ring, &mut self.bufs, i, &lens[..n], batch)
+            } else {
+                self.bufs
+                    .take_bulk_to_descs(i, &lens[..n], batch, ring.run(i, n))
+            };
             bytes += run_bytes;
             i = i.wrapping_add(taken);
             added += taken;

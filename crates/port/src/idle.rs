@@ -952,6 +952,78 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(10));
     }
 
+    /// A port whose wake-up descriptor fails: `hang_up` gives one whose
+    /// peer is gone (poll reports POLLHUP), else arming fails (an
+    /// eventfd that cannot be read, as `QueueIrq::arm` reports it).
+    struct Failing {
+        pool: Mempool,
+        fd: UnixStream,
+        hang_up: bool,
+    }
+
+    impl Port for Failing {
+        fn name(&self) -> &str {
+            "failing"
+        }
+        fn rx_batch(&mut self, _q: usize, _b: &mut Batch) -> usize {
+            0
+        }
+        fn tx_batch(&mut self, _q: usize, _b: &mut Batch) -> usize {
+            0
+        }
+        fn queue_stats(&self, _q: usize) -> QueueStats {
+            QueueStats::default()
+        }
+        fn mac(&self) -> [u8; 6] {
+            [0; 6]
+        }
+        fn pool(&self) -> &Mempool {
+            &self.pool
+        }
+        fn rx_wake(&self, _q: usize) -> RxWake {
+            RxWake::Fd(self.fd.as_raw_fd())
+        }
+        fn rx_arm(&mut self, _q: usize) -> bool {
+            self.hang_up
+        }
+    }
+
+    /// Bad input: a wake-up descriptor that errors (hung up) or an
+    /// eventfd that cannot be armed: the loop polls from then on,
+    /// counted in `fallbacks` and logged; never a hang, never a busy
+    /// loop that claims to sleep.
+    #[test]
+    fn a_wake_up_descriptor_that_errors_makes_the_loop_poll_and_is_counted() {
+        for hang_up in [true, false] {
+            let (fd, peer) = UnixStream::pair().unwrap();
+            drop(peer); // POLLHUP from now on
+            let mut port = Failing {
+                pool: software_pool("failing", 8).unwrap(),
+                fd,
+                hang_up,
+            };
+            let mut idle = idle_now(Duration::from_secs(30));
+            let t = Instant::now();
+            let mut rounds = 0;
+            while idle.times(t.elapsed()).fallbacks == 0 && rounds < 100_000 {
+                rounds += 1;
+                if idle.round(false) {
+                    idle.sleep(&mut [&mut port], None, |_| false);
+                }
+            }
+            let times = idle.times(t.elapsed());
+            assert_eq!(times.fallbacks, 1, "hang_up {hang_up}: {times:?}");
+            // a hung-up descriptor ended one sleep at once; a failed arm
+            // never slept
+            assert_eq!(times.sleeps, u64::from(hang_up), "{times:?}");
+            assert_eq!(times.timeouts, 0, "{times:?}");
+            for _ in 0..1000 {
+                assert!(!idle.round(false), "it asked to sleep again");
+            }
+            assert!(t.elapsed() < Duration::from_secs(10));
+        }
+    }
+
     #[test]
     fn packets_no_port_signalled_are_delivered_by_the_sleep_bound_and_counted() {
         // A port that raises no interrupt (a frontend that never kicks):

@@ -13,11 +13,11 @@
 //! physical addresses, polled (uio offers no MSI-X).
 
 use crate::error::VirtioError;
-use crate::pci::{check_device, LegacyTransport, ModernTransport, NetConfig, PciNet};
+use crate::pci::{check_device, LegacyTransport, ModernTransport, NetConfig, PciNet, PciTransport};
 use crate::spec::net as spec;
 use crate::vhost_user::{self, BackendConfig, FrontendConfig, VhostUserBackend};
 use nfkit_hw::linux::{HugepageDma, LinuxPci, NetView, SysfsDevice};
-use nfkit_hw::vfio::VfioContainer;
+use nfkit_hw::vfio::{Intx, VfioContainer};
 use nfkit_hw::{DmaAllocator, EventFd, PciAddress, PciFunction, SystemClock};
 use nfkit_port::{OpenOptions, Opener, Port, PortError, PortSpec};
 use std::path::Path;
@@ -51,8 +51,13 @@ pub fn open_pci(
         check_device(&dev).map_err(&err)?;
         dev.enable_bus_master().map_err(|e| err(e.into()))?;
         let vectors = msix_vectors(&dev, cfg.queue_pairs, &name);
+        let intx = if vectors.is_empty() {
+            intx_line(&dev, &name)
+        } else {
+            None
+        };
         if device == spec::PCI_DEVICE_ID_MODERN {
-            return init_modern(dev, &container, clock, &cfg, vectors).map_err(&err);
+            return init_modern(dev, &container, clock, &cfg, vectors, intx).map_err(&err);
         }
         // Legacy: DMA at physical addresses (the device ignores the
         // IOMMU); the configuration moves behind the vector registers
@@ -64,7 +69,10 @@ pub fn open_pci(
         } else {
             LegacyTransport::with_msix(bar0)
         };
-        let net = PciNet::init_with_vectors(t, &dma, clock, &cfg, vectors).map_err(&err)?;
+        let mut net = PciNet::init_with_vectors(t, &dma, clock, &cfg, vectors).map_err(&err)?;
+        if let Some(intx) = intx {
+            net = net.with_intx(intx);
+        }
         return Ok(Box::new(net.keep_alive(Box::new(dev))));
     }
     let pci = LinuxPci::open(addr).map_err(|e| err(e.into()))?;
@@ -81,7 +89,7 @@ pub fn open_pci(
         let t = LegacyTransport::new(bar0);
         Box::new(PciNet::init(t, &dma, clock, &cfg).map_err(&err)?)
     } else {
-        init_modern(pci, &dma, clock, &cfg, Vec::new()).map_err(&err)?
+        init_modern(pci, &dma, clock, &cfg, Vec::new(), None).map_err(&err)?
     };
     Ok(nfkit_port::with_guard(port, guard))
 }
@@ -95,20 +103,37 @@ fn init_modern<P: PciFunction + 'static>(
     clock: Arc<SystemClock>,
     cfg: &NetConfig,
     vectors: Vec<Arc<EventFd>>,
+    intx: Option<Intx>,
 ) -> Result<Box<dyn Port>, VirtioError> {
+    fn finish<T: PciTransport + 'static>(net: PciNet<T>, intx: Option<Intx>) -> Box<dyn Port> {
+        match intx {
+            Some(i) => Box::new(net.with_intx(i)),
+            None => Box::new(net),
+        }
+    }
     match ModernTransport::over_mapped_bars(pci) {
         Ok(t) => {
             tracing::debug!(port = %cfg.name, "modern registers through mapped BARs");
-            Ok(Box::new(PciNet::init_with_vectors(
-                t, dma, clock, cfg, vectors,
-            )?))
+            let net = PciNet::init_with_vectors(t, dma, clock, cfg, vectors)?;
+            Ok(finish(net, intx))
         }
         Err((why, pci)) => {
             tracing::info!(port = %cfg.name, "cannot map the register BARs ({why}): using the configuration-space window");
             let t = ModernTransport::over_config_space(pci)?;
-            Ok(Box::new(PciNet::init_with_vectors(
-                t, dma, clock, cfg, vectors,
-            )?))
+            let net = PciNet::init_with_vectors(t, dma, clock, cfg, vectors)?;
+            Ok(finish(net, intx))
+        }
+    }
+}
+
+/// The INTx line through VFIO, for a device without MSI-X; none (the
+/// queues are polled, logged) when it has none or binding it fails.
+fn intx_line(dev: &nfkit_hw::vfio::VfioDevice, name: &str) -> Option<Intx> {
+    match dev.enable_intx() {
+        Ok(i) => Some(i),
+        Err(e) => {
+            tracing::warn!(port = %name, "no MSI-X and no INTx ({e}): the queues are polled");
+            None
         }
     }
 }
@@ -126,7 +151,7 @@ fn msix_vectors(dev: &nfkit_hw::vfio::VfioDevice, pairs: u16, name: &str) -> Vec
     };
     let want = u32::from(pairs.max(1)).min(offered);
     if want == 0 {
-        tracing::warn!(port = %name, "the device offers no MSI-X vector: its queues are polled");
+        tracing::info!(port = %name, "the device offers no MSI-X vector: trying its INTx line");
         return Vec::new();
     }
     match dev.enable_msix(want) {

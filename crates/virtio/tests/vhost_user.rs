@@ -554,3 +554,26 @@ fn an_idle_vhost_user_port_sleeps_and_a_kick_wakes_it() {
     assert!(r.idle.woken >= 1, "a call woke the loop: {:?}", r.idle);
     let _ = std::fs::remove_file(socket_path("idle"));
 }
+
+/// Bad input: a frontend that never kicks. The backend's idle loop
+/// sleeps; what the frontend sends without a kick is delivered when the
+/// sleep's bound ends it, counted as late wake-ups (and logged once):
+/// never a hang.
+#[test]
+fn a_frontend_that_never_kicks_is_served_by_the_sleep_bound() {
+    let be = backend("nokick", 1);
+    let cfg = FrontendConfig {
+        never_kick: true,
+        ..FrontendConfig::default()
+    };
+    let mut fe = vhost_user::connect(&socket_path("nokick"), &cfg).unwrap();
+    wait_for("rings", || be.ready(0));
+    let loop_be = Sleeper::start(Box::new(be));
+    std::thread::sleep(Duration::from_millis(100)); // asleep by now
+    send_32(&mut fe);
+    wait_for("the packets without a kick", || loop_be.got() == 32);
+    let (r, _be) = loop_be.finish();
+    eprintln!("{}", r.idle.summary());
+    assert!(r.idle.late >= 1, "no late delivery counted: {:?}", r.idle);
+    let _ = std::fs::remove_file(socket_path("nokick"));
+}

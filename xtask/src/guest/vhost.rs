@@ -2,13 +2,14 @@
 //! reaches the network through nfkit.
 //!
 //! ```text
-//! guest kernel virtio-net --(vhost-user socket, shared memfd RAM)--> nfkit nf bridge
+//! guest kernel virtio-net --(vhost-user socket, shared memfd RAM)--> nfkit run: TSO / LRO
 //!     --(afpacket on a veth)--> network namespace 10.77.0.2
 //! ```
 //!
 //! On the host: a network namespace with one end of a veth pair
-//! (10.77.0.2/24), `nfkit nf bridge --port vhost-user:SOCK --port
-//! afpacket:VETH` serving the socket. QEMU's guest RAM is a shared memfd
+//! (10.77.0.2/24), `nfkit run` of a pipeline serving the socket
+//! (`vhost-user:SOCK,tso=on` -> `TSO` -> `afpacket:VETH`, back through
+//! `LRO`). QEMU's guest RAM is a shared memfd
 //! (vhost-user needs the backend to map it) and its NIC a vhost-user
 //! netdev on that socket. The guest gives its NIC 10.77.0.1/24, pings
 //! the namespace through the bridge, then moves a file each way over TCP
@@ -16,7 +17,9 @@
 //! harness compares the bytes that arrived with the ones sent. Every
 //! interface stays at its default offload settings: the veth hands
 //! nfkit's AF_PACKET port partial checksums and TSO super-frames, which
-//! the bridge must complete and cut before the guest sees them.
+//! the bridge must complete and cut before the guest sees them; the
+//! guest's kernel, with HOST_TSO4 negotiated, sends 64 KB TSO frames
+//! that nfkit's `TSO` must cut (its counters show it did).
 
 use super::{qemu_base, run_guest, Image, Outcome};
 use anyhow::{bail, Context, Result};
@@ -88,6 +91,10 @@ pub fn run(img: &Image, nfkit: &Path) -> Result<Outcome> {
     eprintln!(
         "  TCP through nfkit's bridge at default offloads: {TCP_BYTES} bytes each way, byte-exact"
     );
+    let tso = tso_check(&nfkit_out).inspect_err(|_| {
+        eprintln!("--- serial console ---\n{console}\n--- nfkit ---\n{nfkit_out}\n--- end ---");
+    })?;
+    eprintln!("  {tso}");
     let jumbo = console
         .lines()
         .find_map(|l| l.trim().strip_prefix("CHECK jumbo_received="))
@@ -112,10 +119,41 @@ pub fn run(img: &Image, nfkit: &Path) -> Result<Outcome> {
     };
     Ok(Outcome::Passed(format!(
         "kernel virtio-net over vhost-user, {received}/{PINGS} pings, {} KiB each way over TCP \
-         (byte-exact) and {jumbo}/{JUMBO_PINGS} 9000-byte pings at MTU {JUMBO_MTU} through `nfkit nf bridge`; \
-         {tunnels}",
+         (byte-exact) and {jumbo}/{JUMBO_PINGS} 9000-byte pings at MTU {JUMBO_MTU} through nfkit; \
+         {tso}; {tunnels}",
         TCP_BYTES >> 10
     )))
+}
+
+/// Value `key=N` on the summary line of module `name` in `nfkit run`'s
+/// output.
+fn module_value(out: &str, name: &str, key: &str) -> Option<u64> {
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{name} (")))?;
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// The guest's TSO frames reached nfkit and `TSO` cut them: super-frames
+/// segmented, none dropped or refused, nothing dropped on the veth.
+fn tso_check(out: &str) -> Result<String> {
+    let v = |m: &str, k: &str| module_value(out, m, k).unwrap_or(0);
+    let (frames, segments) = (v("tso", "segmented"), v("tso", "segments"));
+    if frames == 0 || segments <= frames {
+        bail!("nfkit's TSO cut no super-frame of the guest ({frames} into {segments}): was HOST_TSO4 negotiated?");
+    }
+    for (m, k) in [("tso", "dropped"), ("tov", "dropped"), ("lro", "dropped")] {
+        if v(m, k) > 0 {
+            bail!("{m} {k}={} in nfkit's summary", v(m, k));
+        }
+    }
+    Ok(format!(
+        "the guest's TSO: {frames} super-frames cut into {segments} segments by nfkit's TSO; \
+         LRO: {} frames of {} segments to the guest",
+        v("lro", "frames"),
+        v("lro", "merged")
+    ))
 }
 
 /// The TCP transfer's namespace end: two one-shot busybox `nc`
@@ -670,14 +708,25 @@ pub(super) struct Bridge {
 }
 
 impl Bridge {
+    /// `nfkit run` of the guest's main NIC to the namespace's veth:
+    /// vhost-user with `tso=on` (HOST_TSO4/6 offered: the guest's kernel
+    /// sends its 64 KB TSO frames), cut by `TSO` before the veth; the
+    /// namespace's segments coalesced by `LRO` on the way back (the guest
+    /// negotiated GUEST_TSO4/6 and takes them whole).
     fn start(nfkit: &Path, sock: &Path, veth: &str, log: &Path) -> Result<Bridge> {
+        let nfk = log.with_file_name("vhost-tso.nfk");
+        fs::write(
+            &nfk,
+            format!(
+                "port g = \"vhost-user:{},tso=on\"\nport v = \"afpacket:{veth}\"\n\
+                 PortInc(port=g) -> tso::TSO() -> tov::PortOut(port=v)\n\
+                 PortInc(port=v) -> lro::LRO() -> PortOut(port=g)\n",
+                sock.display()
+            ),
+        )?;
         let args = [
-            "nf".to_string(),
-            "bridge".into(),
-            "--port".into(),
-            format!("vhost-user:{}", sock.display()),
-            "--port".into(),
-            format!("afpacket:{veth}"),
+            "run".to_string(),
+            nfk.display().to_string(),
             "--seconds".into(),
             "300".into(),
         ];

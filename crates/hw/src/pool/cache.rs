@@ -140,7 +140,7 @@ impl PoolCache {
             {
                 // SAFETY: k + len <= n.
                 let run = unsafe { std::slice::from_raw_parts(bufs.add(k), len) };
-                super::chain::free_tails_of(run);
+                super::chain_edit::free_tails_of(run);
             }
             // SAFETY: the first `len` ids were written just above.
             let ids = unsafe { std::slice::from_raw_parts(ids.as_ptr().cast::<u32>(), len) };

@@ -33,12 +33,17 @@
 //! (the pool and its shared free stack), [`pktbuf`] (one packet, and
 //! taking one from the pool), [`cache`] (the per-core stack, and the
 //! runs of foreign buffers sent home), [`batch`] (a batch, and filling
-//! one from the pool), [`rings`] (a driver ring's buffers). A method of
-//! [`Mempool`] that makes one of those lives with what it makes.
+//! one from the pool), [`rings`] (a driver ring's buffers). Beside
+//! them: `chain` (a chained frame's layout, and reading it),
+//! `chain_edit` (building and freeing chains), [`offload`] (offload
+//! state) and `caps` (what a port offloads). A method of [`Mempool`]
+//! that makes one of those lives with what it makes.
 
 mod batch;
 mod cache;
+mod caps;
 mod chain;
+mod chain_edit;
 mod mempool;
 pub mod offload;
 mod pktbuf;
@@ -57,3 +62,5 @@ pub use rings::{min_pool_for_rx_ring, RxBuffers, TxBuffers, RING_CACHE};
 // `Arc`; under loom, `tests/loom_pool.rs` checks the pool instead.
 #[cfg(all(test, not(loom)))]
 mod tests;
+#[cfg(all(test, not(loom)))]
+mod tests_chain;

@@ -124,7 +124,7 @@ impl PktBuf {
         let this = ManuallyDrop::new(self);
         let (id, inner) = (this.id, &*this.pool.inner);
         if id & CHAINED != 0 {
-            super::chain::free_tail_of(inner, id);
+            super::chain_edit::free_tail_of(inner, id);
         }
         id & ID_MASK
     }

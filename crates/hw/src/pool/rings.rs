@@ -5,6 +5,7 @@ use super::batch::{Batch, MAX_BATCH};
 use super::cache::PoolCache;
 use super::mempool::{Mempool, HEADROOM};
 use super::pktbuf::PktBuf;
+use crate::dma::Desc;
 use std::fmt;
 use std::mem::MaybeUninit;
 
@@ -123,7 +124,54 @@ impl RxBuffers {
         batch: &mut Batch,
         fresh: &mut [u64],
     ) -> usize {
-        let want = lens.len().min(batch.room()).min(fresh.len());
+        let lens = &lens[..lens.len().min(fresh.len())];
+        // SAFETY: `put` is called with k < n <= lens.len() <= fresh.len().
+        unsafe {
+            self.take_bulk_with(first, lens, batch, |k, addr| {
+                *fresh.get_unchecked_mut(k) = addr;
+            })
+        }
+    }
+
+    /// [`Self::take_bulk`] that gives each fresh buffer straight to its
+    /// receive descriptor: `descs[k]` (one per length, the descriptors
+    /// of `first..`) gets the buffer's device address in quadword 0 and
+    /// zero in quadword 1 (the read format of a one-buffer receive
+    /// descriptor), with no array of addresses in between.
+    #[inline]
+    pub fn take_bulk_to_descs(
+        &mut self,
+        first: usize,
+        lens: &[u16],
+        batch: &mut Batch,
+        descs: &[Desc],
+    ) -> usize {
+        let lens = &lens[..lens.len().min(descs.len())];
+        let descs = descs.as_ptr();
+        // SAFETY: `put` is called with k < n <= lens.len() <= descs.len().
+        unsafe {
+            self.take_bulk_with(first, lens, batch, |k, addr| {
+                let desc = &*descs.add(k);
+                desc.write_q0(addr);
+                desc.write_q1(0);
+            })
+        }
+    }
+
+    /// The work of both `take_bulk`s; `put(k, addr)` hands out the fresh
+    /// buffer of descriptor `first + k`.
+    ///
+    /// # Safety
+    /// `put` must be sound to call for every `k < lens.len()`.
+    #[inline(always)]
+    unsafe fn take_bulk_with(
+        &mut self,
+        first: usize,
+        lens: &[u16],
+        batch: &mut Batch,
+        mut put: impl FnMut(usize, u64),
+    ) -> usize {
+        let want = lens.len().min(batch.room());
         if self.cache.ids.len() < want {
             self.cache.refill();
         }
@@ -134,9 +182,10 @@ impl RxBuffers {
         let mask = self.mask;
         let batch_len = batch.pkts.len();
         // SAFETY: the `n` fresh ids are the last `n` of the cache (they
-        // move to the ring: the cache is shortened below); `lens` and
-        // `fresh` are at least `n` long; ring slot `(first + k) & mask` is
-        // below mask + 1, the length of `ids` (built so in `new`, never
+        // move to the ring: the cache is shortened below); `lens` is at
+        // least `n` long, and `put` may be called below its length (the
+        // caller's contract); ring slot `(first + k) & mask` is below
+        // mask + 1, the length of `ids` (built so in `new`, never
         // resized); the batch has room for `n` more packets after its
         // `batch_len`, written here before its length covers them. Every
         // id taken out of the ring goes to exactly one packet. Nothing in
@@ -150,9 +199,8 @@ impl RxBuffers {
             // compiler cannot tell.
             let handle = pool.borrowed();
             let device_addrs = pool.inner.device_addrs.as_ptr();
-            for k in 0..n {
+            let mut take_one = |k: usize, slot: *mut u32| {
                 let new_id = *new_ids.add(k);
-                let slot = ring_ids.add(first.wrapping_add(k) & mask);
                 let id = std::ptr::replace(slot, new_id);
                 out.add(k).write(PktBuf {
                     // A bitwise copy of a borrowed handle is one more
@@ -163,7 +211,20 @@ impl RxBuffers {
                     len: usize::from(*lens.get_unchecked(k)).min(data_room) as u16,
                 });
                 // Entry ids are below `count`, the length of the table.
-                *fresh.get_unchecked_mut(k) = *device_addrs.add(new_id as usize) + HEADROOM as u64;
+                put(k, *device_addrs.add(new_id as usize) + HEADROOM as u64);
+            };
+            let start = first & mask;
+            if start + n <= mask + 1 {
+                // The usual case, a run that does not wrap: slots
+                // `start..start + n`, all below mask + 1.
+                let slots = ring_ids.add(start);
+                for k in 0..n {
+                    take_one(k, slots.add(k));
+                }
+            } else {
+                for k in 0..n {
+                    take_one(k, ring_ids.add(first.wrapping_add(k) & mask));
+                }
             }
             self.cache.ids.set_len(rest);
             batch.pkts.set_len(batch_len + n);
@@ -264,9 +325,15 @@ impl TxBuffers {
         unsafe {
             let slots = self.slots.as_mut_ptr().cast::<PktBuf>();
             std::ptr::copy_nonoverlapping(pkts, slots.add(at), first_part);
-            std::ptr::copy_nonoverlapping(pkts.add(first_part), slots, n - first_part);
+            // The two copies below are usually empty (no wrap, the whole
+            // batch sent): a library call each for nothing otherwise.
+            if n > first_part {
+                std::ptr::copy_nonoverlapping(pkts.add(first_part), slots, n - first_part);
+            }
             let rest = batch.pkts.len() - n;
-            std::ptr::copy(pkts.add(n), pkts, rest);
+            if rest > 0 {
+                std::ptr::copy(pkts.add(n), pkts, rest);
+            }
             batch.pkts.set_len(rest);
         }
         self.next = self.next.wrapping_add(n);

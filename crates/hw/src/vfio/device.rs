@@ -234,28 +234,90 @@ impl PciFunction for VfioDevice {
 /// index, start, count); the eventfds follow as 32-bit ints.
 const IRQ_SET_HEADER_WORDS: usize = 5;
 
+/// The legacy INTx line of a device through VFIO: `trigger` is signalled
+/// when the device raises it, and VFIO then masks the line (it is level
+/// triggered) until [`Intx::unmask`]. A driver reads its device's
+/// interrupt status (which lowers the line) before it unmasks; a line
+/// still raised at the unmask signals again at once.
+#[derive(Debug)]
+pub struct Intx {
+    pub trigger: Arc<EventFd>,
+    unmask: EventFd,
+}
+
+impl Intx {
+    /// Unmask the line (VFIO_IRQ_SET_ACTION_UNMASK bound to an eventfd:
+    /// a plain write, no ioctl).
+    pub fn unmask(&self) -> std::io::Result<()> {
+        self.unmask.signal()
+    }
+}
+
 impl VfioDevice {
     /// How many MSI-X vectors the device offers through VFIO (0: none).
     pub fn msix_count(&self) -> Result<u32, HwError> {
+        self.irq_count(ioctl::VFIO_PCI_MSIX_IRQ_INDEX, "MSI-X")
+    }
+
+    /// Interrupts of VFIO index `index` that can signal an eventfd.
+    fn irq_count(&self, index: u32, what: &str) -> Result<u32, HwError> {
         let mut info = ioctl::IrqInfo {
             argsz: ioctl::argsz::<ioctl::IrqInfo>(),
-            index: ioctl::VFIO_PCI_MSIX_IRQ_INDEX,
+            index,
             ..Default::default()
         };
         // SAFETY: DEVICE_GET_IRQ_INFO takes a `vfio_irq_info` with argsz
         // and index set.
         unsafe { ioctl::with_ptr(&self.file, ioctl::DEVICE_GET_IRQ_INFO, &mut info) }
-            .map_err(|e| self.err(format!("MSI-X interrupt info: {e}")))?;
+            .map_err(|e| self.err(format!("{what} interrupt info: {e}")))?;
         if info.flags & ioctl::VFIO_IRQ_INFO_EVENTFD == 0 {
             return Ok(0);
         }
         Ok(info.count)
     }
 
+    /// The INTx line (for a device without MSI-X): its trigger and unmask
+    /// eventfds bound with VFIO_DEVICE_SET_IRQS. `Unsupported` when the
+    /// device has no interrupt pin (VFIO reports no INTx then).
+    pub fn enable_intx(&self) -> Result<Intx, HwError> {
+        if self.irq_count(ioctl::VFIO_PCI_INTX_IRQ_INDEX, "INTx")? == 0 {
+            return Err(HwError::Unsupported(format!(
+                "device {}: no INTx line (no interrupt pin)",
+                self.addr
+            )));
+        }
+        let new = || EventFd::new().map_err(|e| self.err(format!("creating an eventfd: {e}")));
+        let (trigger, unmask) = (Arc::new(new()?), new()?);
+        self.set_irqs(
+            ioctl::VFIO_PCI_INTX_IRQ_INDEX,
+            ioctl::VFIO_IRQ_SET_ACTION_TRIGGER,
+            &[trigger.as_raw_fd()],
+            "INTx trigger",
+        )?;
+        self.set_irqs(
+            ioctl::VFIO_PCI_INTX_IRQ_INDEX,
+            ioctl::VFIO_IRQ_SET_ACTION_UNMASK,
+            &[unmask.as_raw_fd()],
+            "INTx unmask",
+        )?;
+        Ok(Intx { trigger, unmask })
+    }
+
     /// VFIO_DEVICE_SET_IRQS on the MSI-X index: `fds` (one per vector
     /// from 0) with DATA_EVENTFD|ACTION_TRIGGER, or, when empty, DATA_NONE
     /// with count 0, which disables MSI-X.
     fn set_msix(&self, fds: &[i32]) -> Result<(), HwError> {
+        self.set_irqs(
+            ioctl::VFIO_PCI_MSIX_IRQ_INDEX,
+            ioctl::VFIO_IRQ_SET_ACTION_TRIGGER,
+            fds,
+            "MSI-X",
+        )
+    }
+
+    /// VFIO_DEVICE_SET_IRQS on `index` with `action`: `fds` from 0 with
+    /// DATA_EVENTFD, or DATA_NONE with count 0 when empty.
+    fn set_irqs(&self, index: u32, action: u32, fds: &[i32], what: &str) -> Result<(), HwError> {
         let data = if fds.is_empty() {
             ioctl::VFIO_IRQ_SET_DATA_NONE
         } else {
@@ -263,8 +325,8 @@ impl VfioDevice {
         };
         let mut buf = vec![0u32; IRQ_SET_HEADER_WORDS + fds.len()];
         buf[0] = (buf.len() * 4) as u32;
-        buf[1] = data | ioctl::VFIO_IRQ_SET_ACTION_TRIGGER;
-        buf[2] = ioctl::VFIO_PCI_MSIX_IRQ_INDEX;
+        buf[1] = data | action;
+        buf[2] = index;
         buf[3] = 0;
         buf[4] = fds.len() as u32;
         for (w, fd) in buf[IRQ_SET_HEADER_WORDS..].iter_mut().zip(fds) {
@@ -277,7 +339,7 @@ impl VfioDevice {
             .map(drop)
             .map_err(|e| {
                 self.err(format!(
-                    "VFIO_DEVICE_SET_IRQS (MSI-X, {} vectors): {e}",
+                    "VFIO_DEVICE_SET_IRQS ({what}, {} descriptors): {e}",
                     fds.len()
                 ))
             })

@@ -27,7 +27,7 @@ mod group;
 mod ioctl;
 
 pub use container::VfioContainer;
-pub use device::{RegionInfo, VfioDevice};
+pub use device::{Intx, RegionInfo, VfioDevice};
 pub use group::preflight;
 
 use std::path::PathBuf;

@@ -9,12 +9,12 @@
 //! whole good frame of one buffer, so single-buffer frames pay nothing.
 //! Also here: the receive checksum verdicts (`DeviceConfig::rx_checksum`).
 
-use super::{QueueCounters, RxQueue};
+use super::QueueCounters;
 use crate::desc::DescRing;
 use crate::desc::{adv_rx, offload as ofl};
 use nfkit_hw::pool::RxBuffers;
-use nfkit_hw::pool::MAX_SEGS;
-use nfkit_hw::{Bar, Batch, PktBuf};
+use nfkit_hw::pool::{MAX_BATCH, MAX_SEGS};
+use nfkit_hw::{Batch, PktBuf};
 use std::sync::atomic::{fence, Ordering};
 
 /// What `rx_chain` did.
@@ -124,19 +124,32 @@ impl ChainParts<'_> {
     }
 }
 
-impl<B: Bar> RxQueue<B> {
-    /// The checksum verdicts of the `taken` packets at the end of
-    /// `batch`, received in descriptors `first..` (not yet re-armed).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn verdicts(&self, first: usize, taken: usize, batch: &mut Batch) {
-        let ring = self.ring.view();
-        let pkts = batch.as_mut_slice();
-        let from = pkts.len() - taken;
-        for (k, pkt) in pkts[from..].iter_mut().enumerate() {
-            if let Some(o) = ofl::rx(ring.desc(first.wrapping_add(k)).read_q1_relaxed()) {
-                pkt.set_offload(o);
-            }
+/// `rx_batch`'s taking of a run of good frames (`lens`, from descriptor
+/// `first` on, not wrapping) when checksum verdicts are on: the verdicts
+/// are read from the written-back descriptors before they get their
+/// fresh buffers. Returns how many were taken.
+#[cold]
+#[inline(never)]
+pub(super) fn take_with_verdicts(
+    ring: &DescRing,
+    bufs: &mut RxBuffers,
+    first: usize,
+    lens: &[u16],
+    batch: &mut Batch,
+) -> usize {
+    let mut fresh = [0u64; MAX_BATCH];
+    let taken = bufs.take_bulk(first, lens, batch, &mut fresh);
+    let ring = ring.view();
+    let pkts = batch.as_mut_slice();
+    let from = pkts.len() - taken;
+    for (k, pkt) in pkts[from..].iter_mut().enumerate() {
+        if let Some(o) = ofl::rx(ring.desc(first.wrapping_add(k)).read_q1_relaxed()) {
+            pkt.set_offload(o);
         }
     }
+    for (desc, &addr) in ring.run(first, taken).iter().zip(&fresh[..taken]) {
+        desc.write_q0(addr);
+        desc.write_q1(0);
+    }
+    taken
 }

@@ -29,6 +29,9 @@ mod reg {
     pub const QUEUE_NOTIFY: u64 = 16;
     /// u8: device status (§2.1).
     pub const DEVICE_STATUS: u64 = 18;
+    /// u8, read-only: interrupt status; reading it clears it and lowers
+    /// the INTx line (§4.1.4.5).
+    pub const ISR: u64 = 19;
     /// Device-specific configuration when MSI-X is disabled.
     pub const DEVICE_CONFIG: u64 = 20;
     /// le16, with MSI-X enabled: vector for configuration changes.
@@ -42,8 +45,8 @@ mod reg {
 }
 
 /// A legacy VirtIO PCI device's register block. The ISR register
-/// (offset 19) is left alone: reading it acknowledges INTx interrupts,
-/// and we use MSI-X or none.
+/// (offset 19) is read only to acknowledge INTx, before a sleeping loop
+/// unmasks the line (a device without MSI-X).
 #[derive(Debug)]
 pub struct LegacyTransport<R: IoBar> {
     bar0: R,
@@ -116,6 +119,9 @@ impl<R: IoBar> PciTransport for LegacyTransport<R> {
     }
     fn has_features_ok(&self) -> bool {
         false
+    }
+    fn read_isr(&self) -> Result<u8, HwError> {
+        self.bar0.read8(reg::ISR)
     }
     /// §4.1.4.8: select the queue, write its vector, read it back.
     fn set_queue_vector(&mut self, q: u16, vector: u16) -> Result<u16, HwError> {

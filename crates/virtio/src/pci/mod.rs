@@ -7,8 +7,11 @@
 //! `PciFunction::enable_msix`), receive queue *k* signals vector *k*
 //! (`queue_msix_vector`, §4.1.5.1.2 modern, §4.1.4.8 legacy) and an idle
 //! loop sleeps on its eventfd ([`nfkit_port::Port::rx_wake`]); transmit
-//! and control queues and configuration changes get no vector. Without
-//! MSI-X (uio) the queues are polled.
+//! and control queues and configuration changes get no vector. A device
+//! without MSI-X over VFIO raises its INTx line instead: every receive
+//! queue sleeps on the line's eventfd, and arming a queue reads the ISR
+//! (which lowers the line) before it unmasks the line ([`PciNet::with_intx`]).
+//! Without either (uio) the queues are polled.
 
 pub mod legacy;
 pub mod modern;
@@ -47,6 +50,10 @@ pub trait PciTransport: Notify + Sync {
     fn set_queue_vector(&mut self, q: u16, vector: u16) -> Result<u16, HwError> {
         let _ = (q, vector);
         Err(HwError::Unsupported("no MSI-X vector registers".into()))
+    }
+    /// Read (and so clear) the ISR status (§4.1.4.5): acknowledges INTx.
+    fn read_isr(&self) -> Result<u8, HwError> {
+        Err(HwError::Unsupported("no ISR register".into()))
     }
     /// The vector for configuration changes, read back likewise.
     fn set_config_vector(&mut self, vector: u16) -> Result<u16, HwError> {
@@ -95,6 +102,8 @@ pub struct PciNet<T: PciTransport> {
     /// Per receive queue, the eventfd its MSI-X vector signals (`None`:
     /// polled).
     wake: Vec<Option<Arc<EventFd>>>,
+    /// The INTx line every receive queue sleeps on, without MSI-X.
+    intx: Option<nfkit_hw::vfio::Intx>,
     /// What must outlive the device's use (the VFIO device of a legacy
     /// function, whose registers go through another descriptor).
     _keep: Option<Box<dyn std::any::Any + Send>>,
@@ -272,6 +281,7 @@ impl<T: PciTransport> PciNet<T> {
             ctrl,
             clock,
             wake,
+            intx: None,
             _keep: None,
         };
         // §5.1.6.5.5: the device starts with one pair; ask for more.
@@ -309,6 +319,17 @@ impl<T: PciTransport> PciNet<T> {
     /// Turn promiscuous mode on or off (§5.1.6.5.1).
     pub fn set_promiscuous(&mut self, on: bool) -> Result<(), VirtioError> {
         self.control(|c, n, clk| c.set_promiscuous(n, clk, on))
+    }
+
+    /// Sleep on the device's INTx line (VFIO, a device without MSI-X):
+    /// every receive queue wakes the loop through its trigger eventfd.
+    pub fn with_intx(mut self, intx: nfkit_hw::vfio::Intx) -> Self {
+        use nfkit_port::Port;
+        let n = self.dev.rx_queues();
+        self.wake = vec![Some(intx.trigger.clone()); n];
+        self.intx = Some(intx);
+        tracing::info!(port = %self.dev.name(), "INTx: the {n} receive queues share the device's line; an idle loop sleeps on it");
+        self
     }
 
     /// Keep `owner` alive as long as the device (a VFIO device whose
@@ -486,9 +507,30 @@ impl<T: PciTransport> nfkit_port::Port for PciNet<T> {
             _ => nfkit_port::RxWake::Poll,
         }
     }
-    /// Ask for an interrupt at the next used buffer (event index).
+    /// Ask for an interrupt at the next used buffer (event index). On
+    /// INTx, then acknowledge what the line carried (reading the ISR
+    /// lowers it), forget old signals and unmask it: a used buffer from
+    /// now on raises it again (VFIO signals at once if it already is).
     fn rx_arm(&mut self, queue: usize) -> bool {
-        self.dev.rx_arm(queue)
+        if !self.dev.rx_arm(queue) {
+            return false;
+        }
+        let Some(intx) = &self.intx else {
+            return true;
+        };
+        let step = self
+            .dev
+            .transport()
+            .read_isr()
+            .map(drop)
+            .map_err(|e| e.to_string())
+            .and_then(|_| intx.trigger.drain().map(drop).map_err(|e| e.to_string()))
+            .and_then(|_| intx.unmask().map_err(|e| e.to_string()));
+        if let Err(e) = step {
+            tracing::warn!(port = %self.dev.name(), queue, "arming INTx: {e}; polling");
+            return false;
+        }
+        true
     }
     /// Suppress interrupts again and reset the vector's eventfd.
     fn rx_disarm(&mut self, queue: usize) {

@@ -1,8 +1,9 @@
 //! The modern VirtIO PCI interface (VirtIO 1.2 §4.1.4): vendor-specific
 //! capabilities in configuration space point at register structures in
 //! the device's BARs: common configuration (§4.1.4.3), notifications
-//! (§4.1.4.4), ISR (§4.1.4.5, left alone: interrupts are MSI-X only,
-//! which needs no ISR read) and the device configuration (§4.1.4.6).
+//! (§4.1.4.4), ISR (§4.1.4.5: read only to acknowledge INTx on a device
+//! without MSI-X; MSI-X needs no ISR read) and the device configuration
+//! (§4.1.4.6).
 //! MSI-X vectors are chosen in the common configuration
 //! (`msix_config`, `queue_msix_vector`, §4.1.5.1.2).
 //!
@@ -32,6 +33,7 @@ use nfkit_hw::{Bar, HwError, IoBar, PciFunction};
 mod cap {
     pub const COMMON_CFG: u8 = 1;
     pub const NOTIFY_CFG: u8 = 2;
+    pub const ISR_CFG: u8 = 3;
     pub const DEVICE_CFG: u8 = 4;
     pub const PCI_CFG: u8 = 5;
     pub const CFG_TYPE: u16 = 3;
@@ -270,6 +272,8 @@ pub struct ModernTransport<S: RegisterSpace> {
     notify: Window,
     notify_multiplier: u32,
     device: Window,
+    /// The ISR status byte, if the device has one.
+    isr: Option<Window>,
     /// Notify address of each enabled queue (offset in the notify BAR).
     notify_at: Vec<u64>,
 }
@@ -288,6 +292,7 @@ impl<S: RegisterSpace> ModernTransport<S> {
             notify: caps.notify,
             notify_multiplier: caps.notify_multiplier,
             device: caps.device,
+            isr: caps.isr,
             notify_at: Vec::new(),
         }
     }
@@ -354,7 +359,9 @@ impl<P: PciFunction> ModernTransport<MappedBars<P>> {
             Ok(c) => c,
             Err(e) => return Err((e, pci)),
         };
-        match MappedBars::map(&pci, &[caps.common, caps.notify, caps.device]) {
+        let mut windows = vec![caps.common, caps.notify, caps.device];
+        windows.extend(caps.isr);
+        match MappedBars::map(&pci, &windows) {
             Ok(bars) => Ok(Self::with_caps(MappedBars { pci, bars }, caps)),
             Err(e) => Err((e, pci)),
         }
@@ -367,6 +374,7 @@ struct Caps {
     notify: Window,
     notify_multiplier: u32,
     device: Window,
+    isr: Option<Window>,
 }
 
 fn read_caps(pci: &impl PciFunction) -> Result<Caps, VirtioError> {
@@ -391,11 +399,13 @@ fn read_caps(pci: &impl PciFunction) -> Result<Caps, VirtioError> {
     let (notify, notify_cap) = window(cap::NOTIFY_CFG, "notifications", 2)?;
     let (device, _) = window(cap::DEVICE_CFG, "device configuration", 6)?;
     let notify_multiplier = pci.config_read32(notify_cap + cap::NOTIFY_OFF_MULTIPLIER)?;
+    let isr = window(cap::ISR_CFG, "ISR status", 1).ok().map(|(w, _)| w);
     Ok(Caps {
         common,
         notify,
         notify_multiplier,
         device,
+        isr,
     })
 }
 
@@ -500,6 +510,15 @@ impl<S: RegisterSpace> PciTransport for ModernTransport<S> {
     /// §4.1.5.1.2: write `queue_msix_vector` of the selected queue and
     /// read it back (the device answers NO_VECTOR when it could not
     /// take it).
+    /// §4.1.4.5: one byte; reading it clears it and lowers INTx.
+    fn read_isr(&self) -> Result<u8, HwError> {
+        let w = self
+            .isr
+            .ok_or_else(|| HwError::Unsupported("no ISR capability".into()))?;
+        let mut b = [0u8; 1];
+        self.regs.read(w.bar, w.offset, &mut b)?;
+        Ok(b[0])
+    }
     fn set_queue_vector(&mut self, q: u16, vector: u16) -> Result<u16, HwError> {
         self.w16(common::QUEUE_SELECT, q)?;
         self.w16(common::QUEUE_MSIX_VECTOR, vector)?;

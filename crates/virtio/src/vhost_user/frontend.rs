@@ -36,6 +36,9 @@ pub struct FrontendConfig {
     /// super-frames (held as chains, their segmentation in the offload
     /// metadata).
     pub guest_tso: bool,
+    /// Never kick the backend (fault injection, for tests of a frontend
+    /// that never kicks: the backend must still deliver, late).
+    pub never_kick: bool,
 }
 
 impl Default for FrontendConfig {
@@ -47,6 +50,7 @@ impl Default for FrontendConfig {
             pool_size: 2048,
             mac: [0x02, 0, 0, 0, 0, 0x20],
             guest_tso: false,
+            never_kick: false,
         }
     }
 }
@@ -57,6 +61,8 @@ pub struct VhostUserLink {
     frontend: Frontend,
     kicks: Vec<EventFd>,
     calls: Vec<EventFd>,
+    /// [`FrontendConfig::never_kick`].
+    never_kick: bool,
     _arena: MemfdArena,
 }
 
@@ -74,6 +80,9 @@ impl Notify for VhostUserLink {
             .kicks
             .get(queue as usize)
             .ok_or_else(|| HwError::Invalid(format!("no ring {queue}")))?;
+        if self.never_kick {
+            return Ok(());
+        }
         kick.write(1)
             .map_err(|e| HwError::Unsupported(format!("kick eventfd of ring {queue}: {e}")))
     }
@@ -227,6 +236,7 @@ pub fn connect(path: &Path, cfg: &FrontendConfig) -> Result<VirtioUser, VirtioEr
         frontend: fe,
         kicks,
         calls,
+        never_kick: cfg.never_kick,
         _arena: arena,
     };
     Ok(NetDevice::start(NetParts {
