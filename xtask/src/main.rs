@@ -1,17 +1,17 @@
 //! `cargo xtask`: nfkit's developer and CI tasks.
 //!
 //! - `cargo xtask test`: install what the tests need (Debian packages, only
-//!   when root and missing), then run every check and test: fmt, clippy,
-//!   the workspace tests (they replay the fuzz regression inputs on
+//!   when root and missing), then run every check and test: fmt, the
+//!   workspace tests built with clippy's lints (`debug_env`; they replay the fuzz regression inputs on
 //!   stable), the pool under loom and the agent protocol's model check
 //!   (`verify.rs`), the long release-mode tests, the QEMU guest tests,
 //!   miri over the pure data-path code (nightly, `verify.rs`), a smoke
 //!   run of `nfkit bench rfc2544 --quick`, every fuzz target briefly
-//!   (nightly; 4 minutes in all, build included), and a 60-second soak.
+//!   (nightly; 3 minutes in all, build included), and a 60-second soak.
 //!   `test` also runs the daemon's Python client test (`pyclient.rs`).
 //!   The stages run in lanes side by side on machines of 4 cores or more
-//!   (`plan.rs`), the debug test binaries several at a time on 8 or more
-//!   (`testrun.rs`); `NFKIT_LANES` and `NFKIT_TEST_JOBS` override that.
+//!   (`plan.rs`), the debug test binaries two or more at a time on 2 or
+//!   more (`testrun.rs`); `NFKIT_LANES` and `NFKIT_TEST_JOBS` override that.
 //! - `cargo xtask daemon-python`: only that test (a venv under target/).
 //! - `cargo xtask deps`: only the installation step (and nightly with miri).
 //! - `cargo xtask miri`: only the miri step.
@@ -411,11 +411,46 @@ fn run_lane(lane: &plan::Lane, plan: &plan::Plan) -> Result<()> {
     result
 }
 
-/// What the debug builds (clippy, the tests, the daemon for Python, the
-/// path counts, the guest's nfkit) set: line tables instead of full
-/// debug information (backtraces keep file and line; the test binaries
-/// link faster and take less disk).
-pub const DEBUG_ENV: &[(&str, &str)] = &[("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")];
+/// What every debug build of the workspace (the tests, the daemon for
+/// Python, the path counts) sets, so that they share one build:
+/// - line tables instead of full debug information (backtraces keep file
+///   and line; the test binaries link faster and take less disk);
+/// - clippy's lints with `-D warnings`, as `cargo clippy --workspace
+///   --all-targets -- -D warnings` gives them: `clippy-driver` compiles
+///   the workspace's own crates (`RUSTC_WORKSPACE_WRAPPER`, what `cargo
+///   clippy` sets; `CLIPPY_ARGS`, how it passes `-D warnings`), so the
+///   test build is the lint pass too. A separate `cargo clippy` checked
+///   every dependency once more (99 s of a cold run on 2 cores).
+pub fn debug_env() -> Result<Vec<(&'static str, String)>> {
+    Ok(vec![
+        ("CARGO_PROFILE_DEV_DEBUG", "line-tables-only".into()),
+        ("RUSTC_WORKSPACE_WRAPPER", clippy_driver()?),
+        (
+            "CLIPPY_ARGS",
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__".into(),
+        ),
+    ])
+}
+
+/// The toolchain's `clippy-driver` (the same `rustc` cargo uses).
+fn clippy_driver() -> Result<String> {
+    static DRIVER: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    DRIVER
+        .get_or_init(|| {
+            let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+            let out = Command::new(rustc)
+                .args(["--print", "sysroot"])
+                .output()
+                .ok()?;
+            let sysroot = String::from_utf8(out.stdout).ok()?;
+            let driver = std::path::Path::new(sysroot.trim()).join("bin/clippy-driver");
+            driver
+                .exists()
+                .then(|| driver.to_string_lossy().into_owned())
+        })
+        .clone()
+        .context("clippy-driver is not in the toolchain: `rustup component add clippy`")
+}
 
 /// The nightly toolchain with miri (miri and the fuzz targets use it),
 /// installed once: in lanes side by side, the second asker waits for
@@ -433,36 +468,20 @@ fn run_stage(stage: plan::Stage, plan: &plan::Plan) -> Result<()> {
             "cargo fmt --check",
             cargo().args(["fmt", "--all", "--", "--check"]),
         ),
-        Clippy => {
-            let mut cmd = cargo();
-            cmd.envs(DEBUG_ENV.iter().copied()).args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]);
-            if plan.clippy_own_dir {
-                // Beside the debug test build: a directory of its own,
-                // or each would wait for the other's lock.
-                cmd.env("CARGO_TARGET_DIR", target_base().join("clippy"));
-            }
-            run("cargo clippy", &mut cmd)
-        }
         // Every skip (no root, a tool missing) fails here (nfkit-testkit's
         // NFKIT_NO_SKIP): CI runs as root with the packages above, so a
         // test that cannot run is a failure, not a pass.
         DebugTests if plan.test_jobs <= 1 => run(
             "cargo test (debug)",
             cargo()
-                .envs(DEBUG_ENV.iter().copied())
+                .envs(debug_env()?)
                 .env("NFKIT_NO_SKIP", "1")
                 .args(["test", "--workspace"]),
         ),
         DebugTests => {
-            let bins = testrun::build(DEBUG_ENV)?;
-            testrun::run(bins, plan.test_jobs, DEBUG_ENV)
+            let env = debug_env()?;
+            let bins = testrun::build(&env)?;
+            testrun::run(bins, plan.test_jobs, &env)
         }
         // The daemon from Python (grpcio), as pybess users drive it.
         Python => pyclient::daemon_python(),
@@ -473,17 +492,9 @@ fn run_stage(stage: plan::Stage, plan: &plan::Plan) -> Result<()> {
         // the free-running 82599 model, in an optimised build.
         Long => run(
             "long tests (release, 10 million packets per model)",
-            cargo()
+            release_tests(&["queue_model", "agent_model", "init"], &["free_running"])
                 .env("NFKIT_LONG", "1")
-                .env("NFKIT_NO_SKIP", "1")
-                .args([
-                    "test",
-                    "--release",
-                    "-p",
-                    "nfkit-ixgbe",
-                    "--",
-                    "free_running",
-                ]),
+                .env("NFKIT_NO_SKIP", "1"),
         ),
         Guest => {
             let started = Instant::now();
@@ -503,12 +514,12 @@ fn run_stage(stage: plan::Stage, plan: &plan::Plan) -> Result<()> {
         // syn's, and nearly its whole tree was compiled again).
         Release => release_build(),
         Rfc2544 => rfc2544_smoke(),
-        // Every fuzz target briefly (nightly), 4 minutes in all with the
+        // Every fuzz target briefly (nightly), 3 minutes in all with the
         // build.
         Fuzz => {
             nightly_toolchain()?;
             let started = Instant::now();
-            let fuzz = fuzz::ci(Duration::from_secs(240));
+            let fuzz = fuzz::ci(fuzz::CI_BUDGET);
             record_stage(
                 "fuzz --ci (build and every target)",
                 started.elapsed(),
@@ -520,21 +531,52 @@ fn run_stage(stage: plan::Stage, plan: &plan::Plan) -> Result<()> {
     }
 }
 
-/// The release binaries `test` runs: nfkit, nfkit-bench, nfkit-soak.
+/// Everything `test` builds in release, as one cargo selection: the
+/// binaries it runs (nfkit, nfkit-bench, nfkit-soak) and nfkit-ixgbe's
+/// test targets for the model check and the long runs. Selected together,
+/// their dependencies get one feature set and compile once; the release
+/// build, [`release_tests`] and the runs after it compile nothing twice.
+/// (`cargo test --release -p nfkit-ixgbe` alone resolved other features
+/// for libc, syn, serde and rand and compiled 59 crates again: 216 s of a
+/// cold run here, beside 1,105 s for the binaries, on a loaded machine.)
+const RELEASE_PACKAGES: &[&str] = &[
+    "-p",
+    "nfkit",
+    "-p",
+    "nfkit-bench",
+    "-p",
+    "nfkit-soak",
+    "-p",
+    "nfkit-ixgbe",
+];
+/// nfkit-ixgbe's test targets the release stages run.
+const RELEASE_TESTS: &[&str] = &["agent_protocol", "queue_model", "agent_model", "init"];
+
+/// The release binaries and test targets ([`RELEASE_PACKAGES`]).
 fn release_build() -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--release"])
+        .args(RELEASE_PACKAGES)
+        .arg("--bins");
+    for t in RELEASE_TESTS {
+        cmd.args(["--test", t]);
+    }
     run(
-        "build nfkit, nfkit-bench and nfkit-soak (release)",
-        cargo().args([
-            "build",
-            "--release",
-            "-p",
-            "nfkit",
-            "-p",
-            "nfkit-bench",
-            "-p",
-            "nfkit-soak",
-        ]),
+        "build nfkit, nfkit-bench, nfkit-soak and nfkit-ixgbe's model tests (release)",
+        &mut cmd,
     )
+}
+
+/// `cargo test --release` over [`RELEASE_PACKAGES`] for the test targets
+/// `tests`, with `args` after `--`.
+pub fn release_tests(tests: &[&str], args: &[&str]) -> Command {
+    let mut cmd = cargo();
+    cmd.args(["test", "--release"]).args(RELEASE_PACKAGES);
+    for t in tests {
+        cmd.args(["--test", t]);
+    }
+    cmd.arg("--").args(args);
+    cmd
 }
 
 fn release_bin(name: &str) -> std::path::PathBuf {

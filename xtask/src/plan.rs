@@ -7,9 +7,10 @@
 //!
 //! | cores | lanes | debug test binaries at a time |
 //! |---|---|---|
-//! | 1-3 | 1: every stage in turn | 1 (`cargo test --workspace`) |
-//! | 4-7 | 2: main; nightly (miri, fuzz) | 1 |
-//! | 8 and more | 5: debug; release; guest; miri; fuzz | cores / 4, 2 to 8 |
+//! | 1 | 1: every stage in turn | 1 (`cargo test --workspace`) |
+//! | 2-3 | 1: every stage in turn | 2 |
+//! | 4-7 | 2: main; nightly (miri, fuzz) | 2 |
+//! | 8 and more | 5: debug (with the guest, which runs the debug build's nfkit); release; loom; miri; fuzz | cores / 4, 2 to 8 |
 //!
 //! `NFKIT_LANES=1..5` and `NFKIT_TEST_JOBS=N` override the choice (3 and
 //! 4 lanes: see [`lanes`]). miri and the fuzz targets share the nightly
@@ -21,8 +22,8 @@ use anyhow::{bail, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
     Fmt,
-    Clippy,
-    /// The workspace's debug tests (`NFKIT_NO_SKIP=1`).
+    /// The workspace's debug tests (`NFKIT_NO_SKIP=1`), built with
+    /// clippy's lints (`-D warnings`) on the workspace's crates.
     DebugTests,
     /// The daemon from Python (grpcio).
     Python,
@@ -64,9 +65,6 @@ pub struct Plan {
     /// Debug test binaries run at a time; 1 is plain `cargo test
     /// --workspace` (one binary after the other).
     pub test_jobs: usize,
-    /// Clippy builds in its own directory (it runs beside the debug
-    /// test build instead of before it).
-    pub clippy_own_dir: bool,
     /// Where the numbers came from.
     pub source: String,
 }
@@ -81,38 +79,35 @@ fn lanes(n: usize) -> Vec<Lane> {
         1 => vec![lane(
             "main",
             &[
-                Fmt, Clippy, DebugTests, Python, Loom, ModelCheck, Paths, Long, Guest, Miri,
-                Release, Rfc2544, Fuzz, Soak,
+                Fmt, DebugTests, Python, Loom, ModelCheck, Paths, Long, Guest, Miri, Release,
+                Rfc2544, Fuzz, Soak,
             ],
         )],
         2 => vec![
             lane(
                 "main",
                 &[
-                    Fmt, Clippy, DebugTests, Python, Loom, ModelCheck, Paths, Long, Guest, Release,
+                    Fmt, DebugTests, Python, Loom, ModelCheck, Paths, Long, Guest, Release,
                     Rfc2544, Soak,
                 ],
             ),
             lane("nightly", &[Miri, Fuzz]),
         ],
         3 => vec![
-            lane("debug", &[Fmt, Clippy, DebugTests, Python, Paths, Loom]),
-            lane(
-                "release",
-                &[Release, ModelCheck, Long, Rfc2544, Soak, Guest],
-            ),
+            lane("debug", &[Fmt, DebugTests, Python, Paths, Guest, Loom]),
+            lane("release", &[Release, ModelCheck, Long, Rfc2544, Soak]),
             lane("nightly", &[Miri, Fuzz]),
         ],
         4 => vec![
-            lane("debug", &[Fmt, DebugTests, Python, Paths]),
+            lane("debug", &[Fmt, DebugTests, Python, Paths, Guest]),
             lane("release", &[Release, ModelCheck, Long, Rfc2544, Soak]),
-            lane("guest", &[Clippy, Loom, Guest]),
+            lane("loom", &[Loom]),
             lane("nightly", &[Miri, Fuzz]),
         ],
         _ => vec![
-            lane("debug", &[Fmt, DebugTests, Python, Paths]),
+            lane("debug", &[Fmt, DebugTests, Python, Paths, Guest]),
             lane("release", &[Release, ModelCheck, Long, Rfc2544, Soak]),
-            lane("guest", &[Clippy, Loom, Guest]),
+            lane("loom", &[Loom]),
             lane("miri", &[Miri]),
             lane("fuzz", &[Fuzz]),
         ],
@@ -152,6 +147,9 @@ pub fn plan(
             parse("NFKIT_TEST_JOBS", v, 64)?
         }
         None if cores >= 8 => (cores / 4).clamp(2, 8),
+        // Most test binaries wait (namespaces, sockets, sleeps, timeouts):
+        // two at a time fill two cores better than one.
+        None if cores >= 2 => 2,
         None => 1,
     };
     let mut lanes = lanes(n);
@@ -159,11 +157,8 @@ pub fn plan(
         lane.stages.retain(|s| !(quick && s.long()));
     }
     lanes.retain(|l| !l.stages.is_empty());
-    let clippy_lane = lanes.iter().position(|l| l.stages.contains(&Clippy));
-    let tests_lane = lanes.iter().position(|l| l.stages.contains(&DebugTests));
     Ok(Plan {
         cores,
-        clippy_own_dir: clippy_lane != tests_lane,
         lanes,
         test_jobs,
         source,
@@ -206,18 +201,17 @@ mod tests {
     }
 
     #[test]
-    fn small_machines_keep_todays_serial_run() {
-        for cores in [0, 1, 2, 3] {
+    fn small_machines_run_stages_in_turn_and_two_test_binaries_at_a_time() {
+        for (cores, jobs) in [(0, 1), (1, 1), (2, 2), (3, 2)] {
             let p = plan(cores, None, None, false).unwrap();
             assert_eq!(p.lanes.len(), 1);
-            assert_eq!(p.test_jobs, 1);
-            assert!(!p.clippy_own_dir);
+            assert_eq!(p.test_jobs, jobs, "{cores}");
             every_stage_once(&p, false);
         }
         let p = plan(4, None, None, false).unwrap();
         assert_eq!(p.lanes.len(), 2);
         assert_eq!(p.lanes[1].stages, vec![Miri, Fuzz]);
-        assert_eq!(p.test_jobs, 1);
+        assert_eq!(p.test_jobs, 2);
     }
 
     #[test]
@@ -226,7 +220,6 @@ mod tests {
             let p = plan(cores, None, None, false).unwrap();
             assert_eq!(p.lanes.len(), 5, "{cores}");
             assert_eq!(p.test_jobs, jobs, "{cores}");
-            assert!(p.clippy_own_dir);
             every_stage_once(&p, false);
         }
     }
@@ -236,9 +229,13 @@ mod tests {
         for n in 1..=5 {
             let p = plan(2, Some(&n.to_string()), None, false).unwrap();
             let lane_of = |s: Stage| p.lanes.iter().position(|l| l.stages.contains(&s));
-            // target/debug
-            assert_eq!(lane_of(DebugTests), lane_of(Python), "{n}");
-            assert_eq!(lane_of(DebugTests), lane_of(Paths), "{n}");
+            // target/debug, and the nfkit the guest runs
+            for s in [Python, Paths, Guest] {
+                assert_eq!(lane_of(DebugTests), lane_of(s), "{n} {s:?}");
+            }
+            let debug = &p.lanes[lane_of(DebugTests).unwrap()].stages;
+            let at = |s| debug.iter().position(|x| *x == s);
+            assert!(at(DebugTests) < at(Guest), "{n}");
             // target/release, and the binaries rfc2544 and the soak run
             for s in [ModelCheck, Long, Rfc2544, Soak] {
                 assert_eq!(lane_of(Release), lane_of(s), "{n} {s:?}");
@@ -246,8 +243,6 @@ mod tests {
             let stages = &p.lanes[lane_of(Release).unwrap()].stages;
             let at = |s| stages.iter().position(|x| *x == s);
             assert!(at(Release) < at(Rfc2544) && at(Release) < at(Soak));
-            // clippy beside the tests only in a directory of its own
-            assert_eq!(p.clippy_own_dir, lane_of(Clippy) != lane_of(DebugTests));
             every_stage_once(&p, false);
         }
     }
@@ -258,7 +253,9 @@ mod tests {
         assert_eq!((p.lanes.len(), p.test_jobs), (1, 3));
         assert!(p.source.contains("NFKIT_LANES=1") && p.source.contains("NFKIT_TEST_JOBS=3"));
         let p = plan(2, Some("4"), None, false).unwrap();
-        assert_eq!((p.lanes.len(), p.test_jobs), (4, 1));
+        assert_eq!((p.lanes.len(), p.test_jobs), (4, 2));
+        let p = plan(2, None, Some("1"), false).unwrap();
+        assert_eq!((p.lanes.len(), p.test_jobs), (1, 1));
         assert!(plan(2, Some("0"), None, false).is_err());
         assert!(plan(2, Some("6"), None, false).is_err());
         assert!(plan(2, Some("five"), None, false).is_err());

@@ -73,12 +73,9 @@ pub fn daemon_python() -> Result<()> {
     // tokio, prost and more, compiled them again and replaced the binary.)
     run(
         "the debug test build (nfkit-daemon with it)",
-        cargo().envs(crate::DEBUG_ENV.iter().copied()).args([
-            "test",
-            "--workspace",
-            "--no-run",
-            "--quiet",
-        ]),
+        cargo()
+            .envs(crate::debug_env()?)
+            .args(["test", "--workspace", "--no-run", "--quiet"]),
     )?;
     let bin = target.join("debug").join("nfkit-daemon");
     if !bin.exists() {

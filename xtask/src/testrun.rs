@@ -64,12 +64,12 @@ pub struct TestBin {
 
 /// Build every test binary of the workspace; the binaries, in cargo's
 /// order.
-pub fn build(debug_env: &[(&str, &str)]) -> Result<Vec<TestBin>> {
+pub fn build(debug_env: &[(&'static str, String)]) -> Result<Vec<TestBin>> {
     let root = std::env::current_dir()?;
     let started = Instant::now();
     eprintln!("==> cargo test --workspace --no-run");
     let mut cmd = crate::cargo();
-    cmd.envs(debug_env.iter().copied()).args([
+    cmd.envs(debug_env.iter().cloned()).args([
         "test",
         "--workspace",
         "--no-run",
@@ -158,7 +158,7 @@ struct Job {
 
 /// Run `bins` (and the doc tests) `jobs` at a time; fails naming every
 /// failed binary, after all have run.
-pub fn run(bins: Vec<TestBin>, jobs: usize, debug_env: &[(&str, &str)]) -> Result<()> {
+pub fn run(bins: Vec<TestBin>, jobs: usize, debug_env: &[(&'static str, String)]) -> Result<()> {
     let started = Instant::now();
     let logs = crate::target_base().join("test-logs");
     let _ = std::fs::remove_dir_all(&logs);
@@ -180,7 +180,7 @@ pub fn run(bins: Vec<TestBin>, jobs: usize, debug_env: &[(&str, &str)]) -> Resul
     // The doc tests compile as they run: started after the longest
     // binaries, so that they overlap them.
     let mut doc = crate::cargo();
-    doc.envs(debug_env.iter().copied())
+    doc.envs(debug_env.iter().cloned())
         .env(NO_SKIP.0, NO_SKIP.1)
         .args(["test", "--workspace", "--doc"]);
     let at = queue

@@ -36,19 +36,11 @@ pub fn loom() -> Result<()> {
 pub fn model_check() -> Result<()> {
     run(
         "model check: the agent protocol, every state at full sizes",
-        cargo().args([
-            "test",
-            "--release",
-            "-p",
-            "nfkit-ixgbe",
-            "--test",
-            "agent_protocol",
-            "--",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ]),
+        // The release stages' one selection (no second feature set).
+        &mut crate::release_tests(
+            &["agent_protocol"],
+            &["--include-ignored", "--nocapture", "--test-threads", "1"],
+        ),
     )
 }
 
@@ -64,7 +56,7 @@ pub fn model_check() -> Result<()> {
 pub fn paths() -> Result<()> {
     run(
         "path counts: the data path's branch outcomes per call",
-        cargo().envs(crate::DEBUG_ENV.iter().copied()).args([
+        cargo().envs(crate::debug_env()?).args([
             "test",
             "--workspace",
             "--features",

@@ -14,8 +14,13 @@
 //!   (pinned to core 1), cycles per packet of the worker thread (kernel
 //!   CPU time at the nominal TSC frequency, as `bench pipeline`), unpolled
 //!   and then with GetPortStats (of the port in use) and GetTcStats polled
-//!   100 times a second; `runs` pairs of runs, alternating, and the
-//!   median of each (the spread printed too).
+//!   100 times a second; `runs` pairs of runs, alternating in ABBA order
+//!   (unpolled first in even pairs, polled first in odd ones, so that a
+//!   load that drifts weighs on both alike). Printed: every run, the
+//!   median of each kind, the median of the per-pair ratios (polled over
+//!   the unpolled run beside it), the worker's share of a core in each
+//!   kind (below 1: the kernel ran something else on its core) and the
+//!   machine's load average before and after.
 
 use crate::testpmd::{thread_cpu_time, tsc_hz, FORWARDING_CORE, WARMUP};
 use anyhow::{anyhow, bail, Context, Result};
@@ -47,6 +52,8 @@ pub struct ControlFigures {
     pub cycles_per_s: f64,
     pub unpolled_cpp: f64,
     pub polled_cpp: f64,
+    /// Median over the pairs of polled / unpolled cycles per packet.
+    pub pair_ratio: f64,
 }
 
 pub fn control(seconds: u64, runs: usize) -> Result<ControlFigures> {
@@ -102,10 +109,11 @@ pub fn control(seconds: u64, runs: usize) -> Result<ControlFigures> {
         f.port_stats_per_s, f.port_stats_in_use_per_s, f.cycles_per_s
     );
     println!(
-        "control: data path {:.1} cycles/packet unpolled, {:.1} polled 100/s ({:+.1}%), medians",
+        "control: data path {:.1} cycles/packet unpolled, {:.1} polled 100/s ({:+.1}%), medians; median of the pairs' ratios {:+.1}%",
         f.unpolled_cpp,
         f.polled_cpp,
-        (f.polled_cpp / f.unpolled_cpp - 1.0) * 100.0
+        (f.polled_cpp / f.unpolled_cpp - 1.0) * 100.0,
+        (f.pair_ratio - 1.0) * 100.0
     );
     Ok(f)
 }
@@ -161,8 +169,9 @@ async fn measure(tcp: &str, d: Duration, runs: usize) -> Result<ControlFigures> 
         )),
         ..Default::default()
     }));
-    // p1 is used by a module (a PortOut nothing feeds): reading it pauses
-    // the workers for a moment; p0 is used by none and is read as it is.
+    // p1 is used by a module (a PortOut nothing feeds): reading it asks
+    // the running workers to publish their ports' counters between two
+    // rounds; p0 is used by none and is read as it is.
     ok!(c.create_port(pb::CreatePortRequest {
         name: "p1".into(),
         driver: "NfkitPort".into(),
@@ -264,13 +273,33 @@ async fn measure(tcp: &str, d: Duration, runs: usize) -> Result<ControlFigures> 
                 thread_cpu_time(pid, worker).context("worker thread time")?,
             );
             let packets = p1.saturating_sub(p0).max(1);
-            Ok::<f64, anyhow::Error>((t1 - t0).as_secs_f64() * hz / packets as f64)
+            let cpu = (t1 - t0).as_secs_f64();
+            Ok::<(f64, f64), anyhow::Error>((
+                cpu * hz / packets as f64,
+                cpu / start.elapsed().as_secs_f64(),
+            ))
         }
     };
-    let (mut un, mut po) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        un.push(run(false).await?);
-        po.push(run(true).await?);
+    let load_before = loadavg();
+    let (mut un, mut po, mut share_un, mut share_po) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..runs {
+        // ABBA: which kind goes first alternates from pair to pair.
+        let order = if i % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for polled in order {
+            let (cpp, share) = run(polled).await?;
+            if polled {
+                po.push(cpp);
+                share_po.push(share);
+            } else {
+                un.push(cpp);
+                share_un.push(share);
+            }
+        }
     }
     let spread = |v: &[f64]| {
         v.iter()
@@ -278,20 +307,42 @@ async fn measure(tcp: &str, d: Duration, runs: usize) -> Result<ControlFigures> 
             .collect::<Vec<_>>()
             .join(" ")
     };
+    let mut ratios: Vec<f64> = po.iter().zip(&un).map(|(p, u)| p / u).collect();
     println!(
-        "control: data path cycles/packet, {runs} runs of {d:?} each: unpolled [{}], polled 100/s [{}]",
+        "control: data path cycles/packet, {runs} pairs of {d:?} runs (ABBA): unpolled [{}], polled 100/s [{}]; pair ratios [{}]",
         spread(&un),
-        spread(&po)
+        spread(&po),
+        ratios
+            .iter()
+            .map(|r| format!("{:+.1}%", (r - 1.0) * 100.0))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "control: worker's share of its core: unpolled {:.2}, polled {:.2} (medians); load average {} before, {} after",
+        median(&mut share_un),
+        median(&mut share_po),
+        load_before,
+        loadavg()
     );
     let unpolled_cpp = median(&mut un);
     let polled_cpp = median(&mut po);
+    let pair_ratio = median(&mut ratios);
     Ok(ControlFigures {
         port_stats_per_s,
         port_stats_in_use_per_s,
         cycles_per_s,
         unpolled_cpp,
         polled_cpp,
+        pair_ratio,
     })
+}
+
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -84,7 +84,8 @@ enum Cmd {
         /// Measured seconds per figure.
         #[arg(long, default_value_t = 3)]
         seconds: u64,
-        /// Pairs of data-path runs (unpolled, polled); medians reported.
+        /// Pairs of data-path runs (unpolled and polled, ABBA order);
+        /// medians reported.
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },

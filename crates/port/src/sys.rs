@@ -472,3 +472,23 @@ pub fn send_parts(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
         Ok(r as usize)
     }
 }
+
+/// `epoll_create1(2)`, close-on-exec: one descriptor that polls readable
+/// while any descriptor added to it does (a bond's members' queues).
+pub fn epoll() -> io::Result<OwnedFd> {
+    // SAFETY: no pointers; a fresh descriptor is owned by the OwnedFd.
+    let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    Ok(own(fd))
+}
+
+/// Watch `fd` for input in the epoll set `ep` (level-triggered).
+pub fn epoll_add(ep: BorrowedFd<'_>, fd: RawFd) -> io::Result<()> {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
+    // SAFETY: `ev` is a valid epoll_event for the duration of the call
+    // (the kernel copies it); the descriptors are only numbers to it.
+    check(unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) })?;
+    Ok(())
+}

@@ -66,6 +66,15 @@ pub struct Mark {
 pub struct Share {
     pub tester_thread: f64,
     pub dut_thread: f64,
+    /// The DUT thread's own run time (schedstat: time it waited for a
+    /// core is not in it), nanoseconds.
+    pub dut_ns: u64,
+    /// Every other thread's run time, nanoseconds.
+    pub other_ns: u64,
+    /// Softirq time summed over the cores, nanoseconds (from each core's
+    /// softirq share of the trial's wall time; the kernel samples it at
+    /// the tick unless it accounts IRQ time exactly).
+    pub softirq_ns: f64,
     /// Every other thread of the process (simulated NICs, control).
     pub other_threads: f64,
     /// Per core: busy share incl. irq and softirq, and softirq alone.
@@ -77,7 +86,10 @@ impl Share {
         serde_json::json!({
             "tester_thread": self.tester_thread,
             "dut_thread": self.dut_thread,
+            "dut_thread_ns": self.dut_ns,
             "other_threads": self.other_threads,
+            "other_threads_ns": self.other_ns,
+            "softirq_ns": self.softirq_ns,
             "cores_busy": self.cores.iter().map(|c| c.0).collect::<Vec<_>>(),
             "cores_softirq": self.cores.iter().map(|c| c.1).collect::<Vec<_>>(),
         })
@@ -127,22 +139,36 @@ impl Meter {
         let tester = now.tester.saturating_sub(m.tester);
         let dut = now.dut.saturating_sub(m.dut);
         let all = now.all.saturating_sub(m.all);
+        // a DUT process's thread (testpmd) is not among this process's
+        let own = if self
+            .dut
+            .as_deref()
+            .is_some_and(|d| d.starts_with("/proc/self"))
+        {
+            tester + dut
+        } else {
+            tester
+        };
+        let cores: Vec<(f64, f64)> = now
+            .cores
+            .iter()
+            .zip(&m.cores)
+            .map(|(a, b)| {
+                let total = a.2.saturating_sub(b.2).max(1) as f64;
+                (
+                    a.0.saturating_sub(b.0) as f64 / total,
+                    a.1.saturating_sub(b.1) as f64 / total,
+                )
+            })
+            .collect();
         Share {
             tester_thread: tester as f64 / wall,
             dut_thread: dut as f64 / wall,
-            other_threads: all.saturating_sub(tester + dut) as f64 / wall,
-            cores: now
-                .cores
-                .iter()
-                .zip(&m.cores)
-                .map(|(a, b)| {
-                    let total = a.2.saturating_sub(b.2).max(1) as f64;
-                    (
-                        a.0.saturating_sub(b.0) as f64 / total,
-                        a.1.saturating_sub(b.1) as f64 / total,
-                    )
-                })
-                .collect(),
+            dut_ns: dut,
+            other_ns: all.saturating_sub(own),
+            other_threads: all.saturating_sub(own) as f64 / wall,
+            softirq_ns: cores.iter().map(|c| c.1).sum::<f64>() * wall,
+            cores,
         }
     }
 }

@@ -11,8 +11,8 @@
 //! Besides nfkit's own, two DUTs run as the yardsticks the issue names
 //! ([`super::external`]): DPDK's `dpdk-testpmd` (io or macswap; on
 //! vhost-user over two `net_vhost` ports, on veth over `net_af_packet`)
-//! and the Linux kernel in a namespace (IPv4 forwarding, or a bridge;
-//! veth only).
+//! and the Linux kernel in a namespace (IPv4 forwarding, a bridge, or
+//! forwarding with nftables masquerade; veth only).
 
 use super::tester::Tester;
 use anyhow::{bail, Context, Result};
@@ -75,6 +75,7 @@ impl Dut {
             }
             Some(("kernel", "forward")) => DutKind::Kernel(super::external::KernelMode::Forward),
             Some(("kernel", "bridge")) => DutKind::Kernel(super::external::KernelMode::Bridge),
+            Some(("kernel", "nat")) => DutKind::Kernel(super::external::KernelMode::Nat),
             Some(("pipeline", file)) => {
                 let p = PathBuf::from(file);
                 if !p.is_file() {
@@ -84,7 +85,7 @@ impl Dut {
             }
             _ => bail!(
                 "DUT `{s}`: expected fwd, nf:NAME or pipeline:FILE (each optionally @agent or @queue), \
-                 testpmd:io, testpmd:macswap, kernel:forward or kernel:bridge"
+                 testpmd:io, testpmd:macswap, kernel:forward, kernel:bridge or kernel:nat"
             ),
         };
         Ok(Dut { kind, model })

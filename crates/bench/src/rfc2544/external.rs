@@ -5,10 +5,13 @@
 //!   prints statistics once a second, beside it), over two `net_vhost`
 //!   ports (vhost-user; the tester connects nfkit `virtio-user:`
 //!   frontends) or two `net_af_packet` ports on veth ends.
-//! - **`kernel:forward`, `kernel:bridge`**: the Linux kernel in a
-//!   namespace this run makes, holding the DUT's ends of two veth pairs:
-//!   IPv4 forwarding between two subnets (a permanent neighbour entry for
-//!   the tester's address, so no ARP), or a bridge of the two ends. The
+//! - **`kernel:forward`, `kernel:bridge`, `kernel:nat`**: the Linux
+//!   kernel in a namespace this run makes, holding the DUT's ends of two
+//!   veth pairs: IPv4 forwarding between two subnets (a permanent
+//!   neighbour entry for the tester's address, so no ARP), a bridge of
+//!   the two ends, or the forwarding with nftables masquerade on the
+//!   outside end (the NAT peer of nfkit's `nat`: connection tracking and
+//!   a source rewrite per packet; needs `nft`, Debian's nftables). The
 //!   kernel has no thread of its own: its work is softirq time on
 //!   whichever core sends into the veth, shown in the CPU columns.
 //!
@@ -36,6 +39,8 @@ pub enum KernelMode {
     Forward,
     /// A Linux bridge of the two ends.
     Bridge,
+    /// IPv4 forwarding with nftables masquerade out of the second end.
+    Nat,
 }
 
 impl KernelMode {
@@ -43,6 +48,7 @@ impl KernelMode {
         match self {
             KernelMode::Forward => "forward",
             KernelMode::Bridge => "bridge",
+            KernelMode::Nat => "nat",
         }
     }
 }
@@ -314,9 +320,21 @@ fn worker_task(pid: u32) -> Option<PathBuf> {
 const TESTER_IP: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
 const SINK_IP: Ipv4Addr = Ipv4Addr::new(10, 250, 1, 2);
 
+/// The masquerade ruleset of `kernel:nat`, for the outside end `out`.
+fn nat_ruleset(out: &str) -> String {
+    format!(
+        "table ip nfkit_nat {{\n  chain postrouting {{\n    \
+         type nat hook postrouting priority srcnat; policy accept;\n    \
+         oifname \"{out}\" masquerade\n  }}\n}}\n"
+    )
+}
+
 fn kernel(mode: KernelMode, wiring: Wiring) -> Result<(Running, Tester)> {
     if wiring != Wiring::Veth {
         bail!("the kernel DUT runs on --wiring veth");
+    }
+    if mode == KernelMode::Nat && !on_path("nft") {
+        bail!("kernel:nat needs `nft` (Debian's nftables: apt-get install nftables)");
     }
     let ns = Netns::new().context("making the kernel DUT's namespace (needs root)")?;
     let v = Veths::new()?;
@@ -337,7 +355,7 @@ fn kernel(mode: KernelMode, wiring: Wiring) -> Result<(Running, Tester)> {
         ..GenConfig::default()
     };
     match mode {
-        KernelMode::Forward => {
+        KernelMode::Forward | KernelMode::Nat => {
             ns.run(&[
                 "sysctl",
                 "-qw",
@@ -362,6 +380,14 @@ fn kernel(mode: KernelMode, wiring: Wiring) -> Result<(Running, Tester)> {
                 "nud",
                 "permanent",
             ])?;
+            if mode == KernelMode::Nat {
+                let rules = std::env::temp_dir()
+                    .join(format!("nfkit-rfc2544-{}-nat.nft", std::process::id()));
+                std::fs::write(&rules, nat_ruleset(&d1))?;
+                let r = ns.run(&["nft", "-f", &rules.to_string_lossy()]);
+                let _ = std::fs::remove_file(&rules);
+                r.context("loading the masquerade ruleset with nft")?;
+            }
             gen.dst_mac = d0_mac;
             gen.src_ip = TESTER_IP;
             gen.dst_ip = SINK_IP;
@@ -400,8 +426,21 @@ mod tests {
         assert_eq!(k.kind, DutKind::Kernel(KernelMode::Bridge));
         assert!(Wiring::Veth.takes(&k) && !Wiring::Vhost.takes(&k) && !Wiring::Sim.takes(&k));
         assert!(Wiring::Vhost.takes(&pmd) && Wiring::Veth.takes(&pmd) && !Wiring::Sim.takes(&pmd));
-        for bad in ["testpmd:rxonly", "kernel:nat", "kernel"] {
+        let nat = Dut::parse("kernel:nat").unwrap();
+        assert_eq!(nat.name(), "kernel-nat");
+        assert!(Wiring::Veth.takes(&nat) && !Wiring::Vhost.takes(&nat));
+        for bad in ["testpmd:rxonly", "kernel:masquerade", "kernel"] {
             assert!(Dut::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_nat_ruleset_masquerades_out_of_the_outside_end() {
+        let r = nat_ruleset("veth7a");
+        assert!(
+            r.contains("type nat hook postrouting priority srcnat"),
+            "{r}"
+        );
+        assert!(r.contains("oifname \"veth7a\" masquerade"), "{r}");
     }
 }

@@ -28,6 +28,7 @@ pub mod crosscheck;
 pub mod dut;
 pub mod external;
 pub mod plot;
+pub mod summary;
 pub mod tester;
 
 use anyhow::{bail, Context, Result};
@@ -240,6 +241,8 @@ struct Point {
     /// What the tester really sent (below the offered rate when the
     /// tester cannot keep up).
     tx_pps: f64,
+    /// The DUT's CPU cycles per frame received ([`dut_cycles`]).
+    cycles: Option<f64>,
     share: cpu::Share,
     latency: Option<Histogram<u64>>,
 }
@@ -253,6 +256,10 @@ struct Runner<'a> {
     bar: ProgressBar,
     /// Frames received in the current case so far.
     case_received: u64,
+    /// The DUT cycles per packet of the current case's throughput trial
+    /// that forwarded the most frames (the busiest DUT polls least in
+    /// vain), with that count.
+    case_cycles: Option<(u64, f64)>,
 }
 
 impl Runner<'_> {
@@ -304,6 +311,7 @@ impl Runner<'_> {
         let loss_ratio = lost as f64 / seen.sent.max(1) as f64;
         let h = &seen.latency_ns;
         let q = |x: f64| h.value_at_quantile(x);
+        let (cycles, cycles_from) = dut_cycles(c.dut, c.wiring, &share, seen.received);
         let latency = (!h.is_empty()).then(|| {
             json!({"min_ns": h.min(), "p50_ns": q(0.5), "p99_ns": q(0.99), "p999_ns": q(0.999), "max_ns": h.max(), "samples": h.len()})
         });
@@ -326,9 +334,18 @@ impl Runner<'_> {
             "rx_pps": seen.received as f64 / secs,
             "sending_s": secs,
             "cpu": share.json(),
+            "dut_cycles_per_packet": cycles,
+            "dut_cycles_from": cycles_from,
             "latency": latency,
         }));
         self.case_received += seen.received;
+        if test == "throughput" {
+            if let Some(cy) = cycles {
+                if self.case_cycles.is_none_or(|(n, _)| seen.received > n) {
+                    self.case_cycles = Some((seen.received, cy));
+                }
+            }
+        }
         if seen.sent >= 100 && self.case_received == 0 {
             bail!(
                 "the DUT {} on {:?} forwarded none of {} frames ({} B, {} flows{}): it drops everything",
@@ -344,6 +361,7 @@ impl Runner<'_> {
             loss_ratio,
             rx_pps: seen.received as f64 / secs,
             tx_pps: seen.sent as f64 / secs,
+            cycles,
             share,
             latency: Some(seen.latency_ns),
         })
@@ -488,6 +506,11 @@ pub fn rfc2544(opts: &Options) -> Result<()> {
         book.trials.len(),
         book.path.display()
     );
+    let table = opts.out.join("summary.md");
+    match std::fs::write(&table, summary::markdown(&book.results)) {
+        Ok(()) => println!("table: {}", table.display()),
+        Err(e) => println!("table not written: {e}"),
+    }
     match plot::all(&book.results, &opts.out) {
         Ok(files) => {
             for f in files {
@@ -553,6 +576,7 @@ fn run_cases(
                 stop: stop.clone(),
                 bar: bar.clone(),
                 case_received: 0,
+                case_cycles: None,
             };
             let r = run_dut(opts, wiring, dut, &mut runner);
             drop(runner);
@@ -563,6 +587,46 @@ fn run_cases(
         }
     }
     Ok(())
+}
+
+/// The DUT's CPU cost per frame that came through one trial, in cycles
+/// at the CPU's nominal clock (`/proc/cpuinfo`), and where its CPU time
+/// was read. The time is the DUT's own run time over the trial
+/// (schedstat: time it waited for a core is not in it, so a starved DUT
+/// still shows its true cost); a polling DUT's empty polls are in it,
+/// so each trial's figure is an upper bound, and a case reports the one
+/// of its throughput search's trial that forwarded the most frames (the
+/// trial at overload, usually, where the DUT had the least reason to
+/// poll in vain; the most ticks for the kernel's sampled softirq time).
+fn dut_cycles(
+    dut: &Dut,
+    wiring: Wiring,
+    share: &cpu::Share,
+    received: u64,
+) -> (Option<f64>, &'static str) {
+    use dut::DutKind;
+    let (ns, from) = match &dut.kind {
+        DutKind::Kernel(_) => (
+            share.softirq_ns,
+            "softirq time of all cores (the kernel has no thread; sampled at the tick)",
+        ),
+        DutKind::Pipeline(_) if wiring == Wiring::Sim => {
+            return (
+                None,
+                "none: the pipeline's workers share the process with the simulated 82599s",
+            )
+        }
+        DutKind::Pipeline(_) => (
+            (share.dut_ns + share.other_ns) as f64,
+            "every thread of this process but the tester's (the pipeline's workers)",
+        ),
+        DutKind::Testpmd(_) => (share.dut_ns as f64, "testpmd's forwarding lcore thread"),
+        DutKind::Fwd | DutKind::Nf(_) => (share.dut_ns as f64, "the DUT thread"),
+    };
+    let cycles = nfkit_lab::cost::cpu_ghz()
+        .filter(|_| ns > 0.0 && received > 0)
+        .map(|ghz| ns * ghz / received as f64);
+    (cycles, from)
 }
 
 fn gen_for(dut: &Dut, wiring: Wiring) -> GenConfig {
@@ -612,6 +676,7 @@ fn run_dut(opts: &Options, wiring: Wiring, dut: &Dut, r: &mut Runner) -> Result<
             });
             let mut thr = None;
             r.case_received = 0;
+            r.case_cycles = None;
             for t in &opts.tests {
                 match t {
                     Test::Throughput => {
@@ -624,13 +689,17 @@ fn run_dut(opts: &Options, wiring: Wiring, dut: &Dut, r: &mut Runner) -> Result<
                             pct = p.tx_pps / c.line_pps * 100.0;
                         }
                         let mpps = pct / 100.0 * c.line_pps / 1e6;
+                        let busiest = r.case_cycles.map(|(_, c)| c);
+                        let cycles = busiest
+                            .map(|c| format!("{c:.0} cycles/pkt"))
+                            .unwrap_or_else(|| "? cycles/pkt".into());
                         r.say(format!(
-                            "{head}  throughput {mpps:>7.3} Mpps ({pct:.2}% of line, {:.3} Gbit/s L1){}  [{}]",
+                            "{head}  throughput {mpps:>7.3} Mpps ({pct:.2}% of line, {:.3} Gbit/s L1), DUT {cycles}{}  [{}]",
                             pct / 100.0 * wiring.line_bps() / 1e9,
                             if tester_bound { " tester-bound: no loss at the most the tester sent" } else { "" },
                             p.share.line()
                         ));
-                        res["throughput"] = json!({"pct_of_line": pct, "mpps": mpps, "rx_mpps": p.rx_pps / 1e6, "tester_tx_mpps": p.tx_pps / 1e6, "tester_bound": tester_bound, "loss_pct": p.loss_ratio * 100.0, "cpu": p.share.json()});
+                        res["throughput"] = json!({"pct_of_line": pct, "mpps": mpps, "rx_mpps": p.rx_pps / 1e6, "tester_tx_mpps": p.tx_pps / 1e6, "tester_bound": tester_bound, "loss_pct": p.loss_ratio * 100.0, "cpu": p.share.json(), "dut_cycles_per_packet": busiest, "dut_cycles_at_throughput": p.cycles, "dut_cycles_from": dut_cycles(dut, wiring, &p.share, 0).1});
                         thr = Some(pct);
                     }
                     Test::Latency => {

@@ -61,7 +61,8 @@ macro_rules! draw_both {
 }
 
 fn color(i: usize) -> RGBColor {
-    const C: [RGBColor; 8] = [
+    // 16 distinct colours: a comparison run has 16 DUTs on one wiring
+    const C: [RGBColor; 16] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -70,6 +71,14 @@ fn color(i: usize) -> RGBColor {
         RGBColor(140, 86, 75),
         RGBColor(227, 119, 194),
         RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+        RGBColor(0, 0, 128),
+        RGBColor(128, 0, 0),
+        RGBColor(0, 100, 0),
+        RGBColor(255, 187, 120),
+        RGBColor(152, 223, 138),
+        RGBColor(0, 0, 0),
     ];
     C[i % C.len()]
 }

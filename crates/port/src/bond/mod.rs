@@ -17,14 +17,21 @@
 //! Links are checked every `monitor_ms` (default 100): a member's
 //! `link()`, and `take_error()` (a member reporting a fault counts as
 //! down until its link says up again). Members join and leave at run
-//! time (`add_member`, `remove_member`). One receive and one transmit
-//! queue, over each member's queue 0. Everything bad is counted in
-//! [`BondStats`]; nothing waits.
+//! time (`add_member`, `remove_member`). Bond queue `q` is every member's
+//! queue `q` (as many queues as the member with fewest; LACPDUs go out
+//! on queue 0, and are taken from whichever queue they arrive on). A
+//! loop that sleeps when idle sleeps on a bond queue through one epoll
+//! descriptor over its members' wake-up descriptors (`rx_wake`); the
+//! control work (links, LACP timers) runs when the loop wakes, at least
+//! every `IdleOptions::max_sleep` (50 ms), well inside LACP's 1 s
+//! period. Everything bad is counted in [`BondStats`]; nothing waits.
 
 pub mod lacp;
 
-use crate::{Batch, LinkStatus, Mempool, Port, PortError, QueueStats};
+use crate::{Batch, LinkStatus, Mempool, Port, PortError, QueueStats, RxWake};
 use lacp::LacpPort;
+use std::cell::RefCell;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Instant;
 
 /// How a bond spreads traffic.
@@ -126,7 +133,15 @@ pub struct BondPort {
     rx_next: usize,
     next_control: u64,
     next_monitor: u64,
-    stats: QueueStats,
+    /// Per queue.
+    stats: Vec<QueueStats>,
+    /// Receive and transmit queues (those of the member with fewest).
+    rxq: usize,
+    txq: usize,
+    /// Per receive queue: the epoll set over its members' descriptors
+    /// last handed to a loop (made again at each `rx_wake`: a member's
+    /// descriptor appears when its peer connects).
+    wake: RefCell<Vec<Option<OwnedFd>>>,
     bond: BondStats,
     clock: Box<dyn Fn() -> u64 + Send>,
 }
@@ -188,7 +203,10 @@ impl BondPort {
             rx_next: 0,
             next_control: 0,
             next_monitor: 0,
-            stats: QueueStats::default(),
+            stats: Vec::new(),
+            rxq: 1,
+            txq: 1,
+            wake: RefCell::new(Vec::new()),
             bond: BondStats::default(),
             clock,
         };
@@ -224,6 +242,7 @@ impl BondPort {
         self.next_control = 0;
         self.next_monitor = 0;
         self.reselect();
+        self.members_changed();
         self.members.len() - 1
     }
 
@@ -242,6 +261,7 @@ impl BondPort {
         };
         self.rx_next = 0;
         self.reselect();
+        self.members_changed();
         Some(m.port)
     }
 
@@ -268,6 +288,21 @@ impl BondPort {
     }
     pub fn mode(&self) -> Mode {
         self.opts.mode
+    }
+
+    /// Queue counts again after members changed.
+    fn members_changed(&mut self) {
+        let fewest = |f: fn(&dyn Port) -> usize| {
+            self.members
+                .iter()
+                .map(|m| f(&*m.port))
+                .min()
+                .unwrap_or(1)
+                .max(1)
+        };
+        (self.rxq, self.txq) = (fewest(|p| p.rx_queues()), fewest(|p| p.tx_queues()));
+        let queues = self.rxq.max(self.txq).max(self.stats.len());
+        self.stats.resize(queues, QueueStats::default());
     }
 
     /// Timers, links, selection and LACPDUs, if due.
@@ -491,8 +526,14 @@ impl Port for BondPort {
     fn name(&self) -> &str {
         &self.name
     }
+    fn rx_queues(&self) -> usize {
+        self.rxq
+    }
+    fn tx_queues(&self) -> usize {
+        self.txq
+    }
     fn rx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        if queue != 0 {
+        if queue >= self.rxq {
             return 0;
         }
         self.poll_control();
@@ -507,7 +548,7 @@ impl Port for BondPort {
                 continue;
             }
             let from = batch.len();
-            if self.members[i].port.rx_batch(0, batch) > 0 {
+            if self.members[i].port.rx_batch(queue, batch) > 0 {
                 self.filter_rx(i, batch, from);
                 self.members[i].rx_data += (batch.len() - from) as u64;
             }
@@ -516,15 +557,16 @@ impl Port for BondPort {
             self.rx_next = (self.rx_next + 1) % n;
         }
         let got = batch.len() - before;
-        self.stats.rx_packets += got as u64;
-        self.stats.rx_bytes += batch.as_slice()[before..]
+        let stats = &mut self.stats[queue];
+        stats.rx_packets += got as u64;
+        stats.rx_bytes += batch.as_slice()[before..]
             .iter()
             .map(|p| p.pkt_len() as u64)
             .sum::<u64>();
         got
     }
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        if queue != 0 || batch.is_empty() {
+        if queue >= self.txq || batch.is_empty() {
             return 0;
         }
         self.poll_control();
@@ -534,7 +576,7 @@ impl Port for BondPort {
             1 => {
                 let before = batch.len();
                 let m = &mut self.members[self.distributing[0]];
-                m.port.tx_batch(0, batch);
+                m.port.tx_batch(queue, batch);
                 m.tx_data += (before - batch.len()) as u64;
                 before - batch.len()
             }
@@ -552,7 +594,7 @@ impl Port for BondPort {
                     }
                     let before = out.len();
                     let member = &mut self.members[m];
-                    member.port.tx_batch(0, out);
+                    member.port.tx_batch(queue, out);
                     member.tx_data += (before - out.len()) as u64;
                     sent += before - out.len();
                     for p in out.drain() {
@@ -562,20 +604,19 @@ impl Port for BondPort {
                 sent
             }
         };
-        self.stats.tx_packets += sent as u64;
         let left: u64 = batch.iter().map(|p| p.pkt_len() as u64).sum();
-        self.stats.tx_bytes += bytes - left;
+        let stats = &mut self.stats[queue];
+        stats.tx_packets += sent as u64;
+        stats.tx_bytes += bytes - left;
         sent
     }
-    fn tx_refused(&mut self, _queue: usize, n: u64) {
-        self.stats.tx_dropped += n;
+    fn tx_refused(&mut self, queue: usize, n: u64) {
+        if let Some(s) = self.stats.get_mut(queue) {
+            s.tx_dropped += n;
+        }
     }
     fn queue_stats(&self, queue: usize) -> QueueStats {
-        let mut s = if queue == 0 {
-            self.stats
-        } else {
-            QueueStats::default()
-        };
+        let mut s = self.stats.get(queue).copied().unwrap_or_default();
         if queue == 0 {
             s.rx_dropped += self.bond.rx_not_collecting;
             s.rx_errors += self.bond.rx_lacp_bad;
@@ -606,6 +647,65 @@ impl Port for BondPort {
             m.port.flush()?;
         }
         Ok(())
+    }
+    /// An epoll set over the members' descriptors for `queue`, made
+    /// again at each call (once per sleep, not per packet): polling if a
+    /// member cannot wake a loop, never if none will receive.
+    fn rx_wake(&self, queue: usize) -> RxWake {
+        if queue >= self.rxq {
+            return RxWake::Never;
+        }
+        let mut fds = Vec::new();
+        for m in &self.members {
+            match m.port.rx_wake(queue) {
+                RxWake::Poll => return RxWake::Poll,
+                RxWake::Never => {}
+                RxWake::Fd(fd) => fds.push(fd),
+            }
+        }
+        if fds.is_empty() {
+            return RxWake::Never;
+        }
+        let set = crate::sys::epoll().and_then(|ep| {
+            for &fd in &fds {
+                crate::sys::epoll_add(ep.as_fd(), fd)?;
+            }
+            Ok(ep)
+        });
+        match set {
+            Ok(ep) => {
+                let fd = ep.as_raw_fd();
+                let mut wake = self.wake.borrow_mut();
+                if wake.len() <= queue {
+                    wake.resize_with(queue + 1, || None);
+                }
+                wake[queue] = Some(ep);
+                RxWake::Fd(fd)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "bond `{}`: no epoll set for queue {queue} ({e}): polling",
+                    self.name
+                );
+                RxWake::Poll
+            }
+        }
+    }
+    fn rx_arm(&mut self, queue: usize) -> bool {
+        for i in 0..self.members.len() {
+            if !self.members[i].port.rx_arm(queue) {
+                for m in &mut self.members[..i] {
+                    m.port.rx_disarm(queue);
+                }
+                return false;
+            }
+        }
+        true
+    }
+    fn rx_disarm(&mut self, queue: usize) {
+        for m in &mut self.members {
+            m.port.rx_disarm(queue);
+        }
     }
 }
 
@@ -960,5 +1060,130 @@ mod tests {
         ] {
             assert!(bad.parse::<crate::PortSpec>().is_err(), "{bad}");
         }
+    }
+
+    /// A member with two queues, each with its own frames and eventfd (a
+    /// frame "arrives" by being queued and the eventfd written).
+    struct Multi {
+        pool: Mempool,
+        rx: Arc<Mutex<[VecDeque<Vec<u8>>; 2]>>,
+        fds: [OwnedFd; 2],
+    }
+
+    /// The far side of a [`Multi`].
+    struct Sender(Arc<Mutex<[VecDeque<Vec<u8>>; 2]>>, [OwnedFd; 2]);
+
+    impl Sender {
+        fn arrive(&self, q: usize, f: Vec<u8>) {
+            self.0.lock().unwrap()[q].push_back(f);
+            let mut file = std::fs::File::from(self.1[q].try_clone().unwrap());
+            std::io::Write::write_all(&mut file, &1u64.to_ne_bytes()).unwrap();
+        }
+    }
+
+    fn multi(pool: &Mempool) -> (Multi, Sender) {
+        let fds = [
+            crate::sys::eventfd().unwrap(),
+            crate::sys::eventfd().unwrap(),
+        ];
+        let clones = [fds[0].try_clone().unwrap(), fds[1].try_clone().unwrap()];
+        let rx = Arc::new(Mutex::new(Default::default()));
+        let m = Multi {
+            pool: pool.clone(),
+            rx: rx.clone(),
+            fds,
+        };
+        (m, Sender(rx, clones))
+    }
+
+    impl Port for Multi {
+        fn name(&self) -> &str {
+            "multi"
+        }
+        fn rx_queues(&self) -> usize {
+            2
+        }
+        fn tx_queues(&self) -> usize {
+            2
+        }
+        fn rx_batch(&mut self, q: usize, batch: &mut Batch) -> usize {
+            if crate::idle::readable_now(self.fds[q].as_raw_fd()) {
+                let mut b = [0u8; 8];
+                let _ = std::io::Read::read(
+                    &mut std::fs::File::from(self.fds[q].try_clone().unwrap()),
+                    &mut b,
+                );
+            }
+            let mut n = 0;
+            while let Some(f) = self.rx.lock().unwrap()[q].pop_front() {
+                let mut p = self.pool.alloc().unwrap();
+                p.copy_from(&f).unwrap();
+                let _ = batch.push(p);
+                n += 1;
+            }
+            n
+        }
+        fn tx_batch(&mut self, _: usize, batch: &mut Batch) -> usize {
+            let n = batch.len();
+            batch.clear();
+            n
+        }
+        fn queue_stats(&self, _: usize) -> QueueStats {
+            QueueStats::default()
+        }
+        fn mac(&self) -> [u8; 6] {
+            [2, 0, 0, 0, 0, 9]
+        }
+        fn pool(&self) -> &Mempool {
+            &self.pool
+        }
+        fn rx_wake(&self, q: usize) -> RxWake {
+            RxWake::Fd(self.fds[q].as_raw_fd())
+        }
+    }
+
+    #[test]
+    fn every_member_queue_is_a_bond_queue_and_wakes_a_sleeping_loop() {
+        let pool = pool();
+        let ((m0, _s0), (m1, s1)) = (multi(&pool), multi(&pool));
+        let members: Vec<Box<dyn Port>> = vec![Box::new(m0), Box::new(m1)];
+        let opts = BondOptions {
+            mode: Mode::Balance,
+            ..BondOptions::default()
+        };
+        let mut bond = BondPort::new("b", members, opts).unwrap();
+        assert_eq!((bond.rx_queues(), bond.tx_queues()), (2, 2));
+        let RxWake::Fd(fd1) = bond.rx_wake(1) else {
+            panic!("queue 1 should wake a loop");
+        };
+        assert!(bond.rx_arm(1));
+        assert!(!crate::idle::readable_now(fd1), "nothing arrived yet");
+        // A frame on the second member's queue 1 wakes queue 1 only.
+        let RxWake::Fd(fd0) = bond.rx_wake(0) else {
+            panic!("queue 0 should wake a loop");
+        };
+        s1.arrive(1, udp(1));
+        assert!(crate::idle::readable_now(fd1));
+        assert!(!crate::idle::readable_now(fd0));
+        bond.rx_disarm(1);
+        let mut b = Batch::new();
+        assert_eq!(bond.rx_batch(0, &mut b), 0);
+        assert_eq!(bond.rx_batch(1, &mut b), 1);
+        assert!(!crate::idle::readable_now(fd1), "read: quiet again");
+        assert_eq!(bond.queue_stats(1).rx_packets, 1);
+        // Sending on queue 1 uses the members' queue 1.
+        let mut out = Batch::new();
+        for f in 0..16 {
+            let mut p = pool.alloc().unwrap();
+            p.copy_from(&udp(f)).unwrap();
+            let _ = out.push(p);
+        }
+        assert_eq!(bond.tx_batch(1, &mut out), 16);
+        assert_eq!(bond.queue_stats(1).tx_packets, 16);
+        assert_eq!(bond.rx_batch(2, &mut b), 0, "no third queue");
+        // A member that cannot wake a loop makes the bond poll.
+        let (end, _other, _cable) = cable([2, 0, 0, 0, 0, 7], [2, 0, 0, 0, 0, 8], &pool);
+        bond.add_member(Box::new(end));
+        assert_eq!(bond.rx_wake(0), RxWake::Poll);
     }
 }
