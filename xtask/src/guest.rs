@@ -426,8 +426,10 @@ fn check_idle(console: &str) -> Result<String> {
         })
         .context("no sleep summary from `nfkit fwd`")?;
     eprintln!("  sleeps ended by an interrupt: {woken}");
-    if woken == 0 {
-        bail!("no interrupt ever woke `nfkit fwd`");
+    // The host's spaced wake probes (guest/wire.rs) each find fwd asleep:
+    // 12 of them (6 per NIC) gave 15 wake-ups; ask for a quarter.
+    if woken < 3 {
+        bail!("interrupts woke `nfkit fwd` {woken} times, fewer than 3 (12 spaced probes)");
     }
     // `IRQ COUNT ... vfio-msix[0](ADDR)` or `... vfio-intx(ADDR)`, from
     // /proc/interrupts after fwd: each device raised its interrupt.

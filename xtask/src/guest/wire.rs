@@ -30,6 +30,13 @@ const COUNTED: u8 = 2;
 /// Frames injected per direction once fwd is up, and their pace.
 pub const FWD_FRAMES: u64 = 1000;
 const FWD_GAP: Duration = Duration::from_micros(1500);
+/// After the counted series, single probes this far apart: longer than
+/// nfkit's longest sleep (`DEFAULT_MAX_SLEEP`, 50 ms), so each finds fwd
+/// asleep and must be delivered by an interrupt (the paced series may
+/// keep a slow TCG guest busy, or meet it just as a timed-out sleep
+/// ends: 0 wake-ups by interrupt in 1 of 4 runs without these).
+const WAKE_PROBES: u32 = 6;
+const WAKE_GAP: Duration = Duration::from_millis(150);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -143,6 +150,8 @@ fn serve(socks: [UdpSocket; 2], guest: [SocketAddr; 2], phase: &AtomicU8, counts
     let mut next_probe = Instant::now();
     let mut next_frame = Instant::now();
     let mut injected = [0u64; 2];
+    let mut wake_probes = 0;
+    let mut next_wake = Instant::now();
     loop {
         let now_phase = phase.load(Ordering::Acquire);
         if now_phase == Phase::Done as u8 {
@@ -192,6 +201,18 @@ fn serve(socks: [UdpSocket; 2], guest: [SocketAddr; 2], phase: &AtomicU8, counts
                 c.fwd_up = true;
                 c.injected = injected;
             }
+            next_wake = Instant::now() + WAKE_GAP;
+        }
+        if up
+            && injected[1] >= FWD_FRAMES
+            && wake_probes < WAKE_PROBES
+            && Instant::now() >= next_wake
+        {
+            for (i, s) in socks.iter().enumerate() {
+                let _ = s.send_to(&frame(PROBE, i, 0), guest[i]);
+            }
+            wake_probes += 1;
+            next_wake = Instant::now() + WAKE_GAP;
         }
     }
 }
