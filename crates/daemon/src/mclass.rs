@@ -27,6 +27,7 @@ pub const CLASSES: &[ClassInfo] = &[
     ClassInfo { name: "Measure", help: "measures latency from the timestamp Timestamp wrote", cmds: &[("get_summary", "MeasureCommandGetSummaryArg")] },
     ClassInfo { name: "MPLSPop", help: "pops the MPLS label (non-MPLS frames to gate 1)", cmds: &[("set", "MplsPopArg")] },
     ClassInfo { name: "Merge", help: "merges every input gate into output gate 0", cmds: &[] },
+    ClassInfo { name: "NAT", help: "dynamic address and port translation (ext_addrs); nfkit's nat NF, gate 0 inside to outside, gate 1 back", cmds: &[] },
     ClassInfo { name: "NF", help: "an nfkit network function (nfkit arguments: name=nat|bridge|lb|policer|firewall|router, options)", cmds: &[] },
     ClassInfo { name: "PcapCapture", help: "writes packets to a pcap file (nfkit arguments: file)", cmds: &[] },
     ClassInfo { name: "PortInc", help: "receives packets from every queue of a port", cmds: &[] },

@@ -188,6 +188,28 @@ fn bess_arguments_build_every_core_class() {
             Some(pack(&pb::DumpArg { interval: 1.0 }, "DumpArg")),
         ),
         ("NoOP", None),
+        (
+            "NAT",
+            Some(pack(
+                &pb::NatArg {
+                    ext_addrs: vec![
+                        pb::nat_arg::ExternalAddress {
+                            ext_addr: "192.168.0.1".into(),
+                            port_ranges: vec![],
+                        },
+                        pb::nat_arg::ExternalAddress {
+                            ext_addr: "192.168.0.2".into(),
+                            port_ranges: vec![pb::nat_arg::PortRange {
+                                begin: 1024,
+                                end: 65535,
+                                suspended: false,
+                            }],
+                        },
+                    ],
+                },
+                "NATArg",
+            )),
+        ),
         // pybess packs an EmptyArg for a class BESS gives no `<Class>Arg`
         // (MPLSPop), and for Sink, Bypass and the like: the defaults.
         ("MPLSPop", Some(pack(&pb::EmptyArg {}, "EmptyArg"))),
@@ -280,6 +302,15 @@ fn bad_module_requests_get_errno_and_change_nothing() {
         Some(pack(&pb::SourceArg { pkt_size: 1 << 20 }, "SourceArg"))
     )
     .is_err());
+    let e = d
+        .create_module(pb::CreateModuleRequest {
+            name: "a".into(),
+            mclass: "NAT".into(),
+            arg: Some(pack(&pb::NatArg { ext_addrs: vec![] }, "NATArg")),
+        })
+        .unwrap_err();
+    assert_eq!(e.code, libc::EINVAL, "{e}");
+    assert!(e.to_string().contains("external address"), "{e}");
     assert_eq!(d.list_modules().modules.len(), 1);
     // Ports that cannot open: the opener's reason, nothing created.
     for (driver, spec) in [

@@ -58,12 +58,18 @@ const OPTIONS: &[&str] = &[
 pub struct NfModule {
     nf: BoxedNf,
     ports: usize,
+    class: &'static str,
 }
 
 impl NfModule {
     pub fn new(nf: BoxedNf) -> NfModule {
+        NfModule::with_class(nf, "NF")
+    }
+
+    /// The NF as a module of another class (BESS's `NAT`).
+    pub fn with_class(nf: BoxedNf, class: &'static str) -> NfModule {
         let ports = nf.port_count().min(MAX_GATES);
-        NfModule { nf, ports }
+        NfModule { nf, ports, class }
     }
 
     pub fn nf(&self) -> &dyn NetworkFunction {
@@ -73,7 +79,7 @@ impl NfModule {
 
 impl Module for NfModule {
     fn class(&self) -> &'static str {
-        "NF"
+        self.class
     }
     fn igates(&self) -> usize {
         self.ports
