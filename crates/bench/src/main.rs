@@ -229,6 +229,13 @@ enum Cmd {
         #[arg(long, default_value_t = nfkit_bench::pipeline::LOCKSTEP_ROUNDS)]
         rounds: u64,
     },
+    /// (internal) the pipeline's software TSO alone, lock-step, for
+    /// callgrind (`nfkit_bench::soft_tso`).
+    #[command(hide = true)]
+    SoftTsoLockstep {
+        #[arg(long, default_value_t = 200)]
+        frames: usize,
+    },
     /// (internal) the lock-step 82599 TSO sends measured under callgrind.
     #[command(hide = true)]
     BenchTsoLockstep {
@@ -394,6 +401,13 @@ fn main() -> Result<()> {
         Cmd::BenchPipelineLockstep { case, rounds } => {
             let n = nfkit_bench::pipeline::lockstep(&case, rounds)?;
             println!("forwarded {n}");
+        }
+        Cmd::SoftTsoLockstep { frames } => {
+            let n = nfkit_bench::soft_tso::lockstep(frames)?;
+            println!(
+                "{frames} super-frames, {} payload bytes, {n} segments",
+                frames * nfkit_bench::soft_tso::PAYLOAD
+            );
         }
         Cmd::BenchTsoLockstep { sends } => {
             let n = nfkit_bench::drivers::tso_lockstep(sends)?;

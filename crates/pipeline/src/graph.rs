@@ -57,9 +57,10 @@ pub enum GraphError {
     NoTc { class: String, worker: String },
     #[error("module `{0}` has no task to attach (only PortInc, QueueInc, Source, Queue and other producers do)")]
     NotATask(String),
-    #[error("module `{module}` gets packets from tasks on workers `{a}` and `{b}`; give each worker its own copy (duplication) or put a Queue between them (chaining)")]
+    #[error("module `{module}` gets packets from tasks on workers `{a}` and `{b}` ({class}); nfkit runs a module on one worker (one owner per queue, no lock on the data path): give each worker its own copy (duplication) or put a Queue between them (chaining)")]
     TwoWorkers {
         module: String,
+        class: &'static str,
         a: String,
         b: String,
     },
@@ -94,7 +95,16 @@ pub(crate) struct Node {
     pub module: Option<Box<dyn Module>>,
     pub attrs: Vec<AttrSpec>,
     pub is_task: bool,
+    /// Per output gate up to the highest one connected or hooked (the
+    /// module may have more, up to `max_ogates`: a gate beyond this is
+    /// unconnected, and what the module sends there is a counted drop).
     pub ogates: Vec<Option<(ModuleId, usize)>>,
+    /// The gates the module has ([`Module::igates`], [`Module::ogates`],
+    /// at most [`MAX_GATES`]); the per-gate vectors grow as gates are
+    /// used, so a module with BESS's 8,192 gates costs the worker only
+    /// the gates it uses.
+    pub max_igates: usize,
+    pub max_ogates: usize,
     pub counters: Arc<ModuleCounters>,
     /// Counters of the task half when the module spans two workers (each
     /// counter has one writing thread; statistics add both sets).
@@ -126,6 +136,28 @@ enum Part {
 }
 
 impl Node {
+    /// Make room for gates 0..`n` in direction `dir` (never more than
+    /// the module has; never shrinks).
+    fn grow(&mut self, dir: GateDir, n: usize) {
+        match dir {
+            GateDir::In => {
+                let n = n.min(self.max_igates);
+                while self.igate_counters.len() < n {
+                    self.igate_counters.push(Arc::default());
+                    self.igate_taps.push(None);
+                }
+            }
+            GateDir::Out => {
+                let n = n.min(self.max_ogates);
+                while self.ogates.len() < n {
+                    self.ogates.push(None);
+                    self.ogate_counters.push(Arc::default());
+                    self.ogate_taps.push(None);
+                }
+            }
+        }
+    }
+
     /// Where the gates of `part` of this module lead, and its counters.
     fn wiring(&self, part: Part) -> Wiring {
         Wiring {
@@ -169,6 +201,9 @@ pub(crate) struct Attachment {
     pub parent: String,
     pub placement: Placement,
     pub counters: Arc<TcCounters>,
+    /// Made by the graph for a task nobody attached: it follows the
+    /// worker that feeds what the task feeds (see `place_implicit`).
+    pub implicit: bool,
 }
 
 /// The pipeline's modules, connections, workers and class trees.
@@ -235,24 +270,30 @@ impl Graph {
         let mut module = module;
         let uses = module.ports();
         let splittable = module.task_half().is_some();
-        let igates = module.igates().min(MAX_GATES);
-        let ogates = module.ogates().min(MAX_GATES);
-        self.nodes.push(Some(Node {
+        let max_igates = module.igates().min(MAX_GATES);
+        let max_ogates = module.ogates().min(MAX_GATES);
+        let mut node = Node {
             name: name.into(),
             class: module.class(),
             attrs: module.attrs(),
             is_task: module.is_task(),
             module: Some(module),
-            ogates: vec![None; ogates],
+            ogates: Vec::new(),
+            max_igates,
+            max_ogates,
             counters: Arc::default(),
             half_counters: Arc::default(),
-            igate_counters: (0..igates).map(|_| Arc::default()).collect(),
-            ogate_counters: (0..ogates).map(|_| Arc::default()).collect(),
-            igate_taps: vec![None; igates],
-            ogate_taps: vec![None; ogates],
+            igate_counters: Vec::new(),
+            ogate_counters: Vec::new(),
+            igate_taps: Vec::new(),
+            ogate_taps: Vec::new(),
             uses,
             splittable,
-        }));
+        };
+        // Gate 0 each way, as every module that has gates uses it.
+        node.grow(GateDir::In, max_igates.min(1));
+        node.grow(GateDir::Out, max_ogates.min(1));
+        self.nodes.push(Some(node));
         self.names.insert(name.into(), id);
         Ok(id)
     }
@@ -316,20 +357,34 @@ impl Graph {
     ) -> Result<(), GraphError> {
         let (f, t) = (self.id(from)?, self.id(to)?);
         let tn = self.node(t);
-        if igate >= tn.igate_counters.len() {
+        if igate >= tn.max_igates {
             return Err(GraphError::NoGate {
                 module: to.into(),
                 class: tn.class,
                 dir: "input",
                 gate: igate,
-                have: tn.igate_counters.len(),
+                have: tn.max_igates,
             });
+        }
+        let fnode = self.node(f);
+        if ogate >= fnode.max_ogates {
+            return Err(GraphError::NoGate {
+                module: from.into(),
+                class: fnode.class,
+                dir: "output",
+                gate: ogate,
+                have: fnode.max_ogates,
+            });
+        }
+        if let Some(n) = self.nodes[t].as_mut() {
+            n.grow(GateDir::In, igate + 1);
         }
         let busy = self.nodes[f]
             .as_ref()
             .and_then(|n| n.ogates.get(ogate).copied().flatten())
             .map(|(other, _)| self.node(other).name.clone());
         let fnode = self.nodes[f].as_mut().expect("live module id");
+        fnode.grow(GateDir::Out, ogate + 1);
         match fnode.ogates.get_mut(ogate) {
             None => Err(GraphError::NoGate {
                 module: from.into(),
@@ -371,19 +426,52 @@ impl Graph {
     ) -> Result<Option<Tap>, GraphError> {
         let id = self.id(module)?;
         let n = self.nodes[id].as_mut().expect("a module id names a node");
+        let have = match dir {
+            GateDir::In => n.max_igates,
+            GateDir::Out => n.max_ogates,
+        };
+        if gate < have && tap.is_some() {
+            n.grow(dir, gate + 1);
+        }
         let (taps, dir_name) = match dir {
             GateDir::In => (&mut n.igate_taps, "input"),
             GateDir::Out => (&mut n.ogate_taps, "output"),
         };
-        let have = taps.len();
-        let slot = taps.get_mut(gate).ok_or(GraphError::NoGate {
-            module: module.into(),
-            class: n.class,
-            dir: dir_name,
-            gate,
-            have,
-        })?;
+        if gate >= have {
+            return Err(GraphError::NoGate {
+                module: module.into(),
+                class: n.class,
+                dir: dir_name,
+                gate,
+                have,
+            });
+        }
+        let Some(slot) = taps.get_mut(gate) else {
+            return Ok(None); // removing the hook of a gate never used
+        };
         Ok(std::mem::replace(slot, tap))
+    }
+
+    /// How many gates of `module` on side `dir` are in use: gates 0..N
+    /// cover every one connected or hooked (BESS's "every gate" of a
+    /// module is the gates it has made so far).
+    pub fn gates_in_use(&self, module: &str, dir: GateDir) -> Result<usize, GraphError> {
+        let n = self.node(self.id(module)?);
+        Ok(match dir {
+            GateDir::In => n.igate_counters.len(),
+            GateDir::Out => n.ogates.len(),
+        })
+    }
+
+    /// Every connected output gate of `from`: (output gate, module,
+    /// input gate), in gate order.
+    pub fn targets(&self, from: &str) -> Result<Vec<(usize, String, usize)>, GraphError> {
+        let n = self.node(self.id(from)?);
+        Ok(n.ogates
+            .iter()
+            .enumerate()
+            .filter_map(|(g, t)| t.map(|(t, ig)| (g, self.node(t).name.clone(), ig)))
+            .collect())
     }
 
     /// Where output gate `ogate` of `from` leads: (module, input gate).
@@ -633,6 +721,7 @@ impl Graph {
             parent: parent.into(),
             placement,
             counters,
+            implicit: false,
         });
         if let Err(e) = self.check_tree(w, Added::Attachment) {
             self.attachments.pop();
@@ -781,8 +870,10 @@ impl Graph {
                 parent: ROOT_TC.into(),
                 placement: Placement::default(),
                 counters: Arc::default(),
+                implicit: true,
             });
         }
+        self.place_implicit();
         let depth = self.check_walks()?;
         let input_worker = self.input_workers()?;
         let task_worker: HashMap<ModuleId, usize> = self
@@ -1052,6 +1143,76 @@ impl Graph {
         Ok(assign_offsets_with(&meta, self.unwritten_reads_ok)?)
     }
 
+    /// Put each task the graph attached by itself (nobody attached it)
+    /// on the worker whose attached tasks already feed what it feeds,
+    /// if any, else where it is (the first worker). BESS attaches such
+    /// orphans only when the workers resume, so a script may attach a
+    /// module's other feeders to another worker first (BESS's qtest
+    /// sample); a task attached on purpose is never moved.
+    fn place_implicit(&mut self) {
+        if self.workers.len() < 2 || !self.attachments.iter().any(|a| a.implicit) {
+            return;
+        }
+        let mut owner: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        let mut stack: Vec<ModuleId> = Vec::new();
+        let mut mark = |g: &Graph, from: ModuleId, w: usize, owner: &mut Vec<Option<usize>>| {
+            stack.extend(g.node(from).ogates.iter().flatten().map(|&(t, _)| t));
+            while let Some(m) = stack.pop() {
+                if owner[m].is_some() {
+                    continue;
+                }
+                owner[m] = Some(w);
+                let n = g.node(m);
+                if !n.is_task {
+                    stack.extend(n.ogates.iter().flatten().map(|&(t, _)| t));
+                }
+            }
+        };
+        for a in self.attachments.iter().filter(|a| !a.implicit) {
+            mark(self, a.module, a.worker, &mut owner);
+        }
+        let mut moved = false;
+        for i in 0..self.attachments.len() {
+            let a = &self.attachments[i];
+            if !a.implicit {
+                continue;
+            }
+            let (module, was) = (a.module, a.worker);
+            // The first fed module that has an owner decides.
+            let mut seen = HashSet::new();
+            let mut walk: Vec<ModuleId> = self
+                .node(module)
+                .ogates
+                .iter()
+                .flatten()
+                .map(|&(t, _)| t)
+                .collect();
+            let mut found = None;
+            while let Some(m) = walk.pop() {
+                if !seen.insert(m) {
+                    continue;
+                }
+                if let Some(w) = owner[m] {
+                    found = Some(w);
+                    break;
+                }
+                let n = self.node(m);
+                if !n.is_task {
+                    walk.extend(n.ogates.iter().flatten().map(|&(t, _)| t));
+                }
+            }
+            let w = found.unwrap_or(was);
+            if w != was {
+                self.attachments[i].worker = w;
+                moved = true;
+            }
+            mark(self, module, w, &mut owner);
+        }
+        if moved {
+            self.scratch.clear();
+        }
+    }
+
     /// For each module, the worker whose tasks push packets into it.
     /// Each module is entered once per worker at most (a second worker
     /// is an error), so this is linear in modules and connections.
@@ -1066,6 +1227,7 @@ impl Graph {
                     Some(o) => {
                         return Err(GraphError::TwoWorkers {
                             module: self.node(m).name.clone(),
+                            class: self.node(m).class,
                             a: self.workers[o].name.clone(),
                             b: self.workers[a.worker].name.clone(),
                         })
