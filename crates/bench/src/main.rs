@@ -76,6 +76,10 @@ enum Cmd {
         /// Measured seconds per case (after 1 s of warm-up).
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// Only these cases (source-sink, port-inc-out), free-running,
+        /// without the DPDK and callgrind runs.
+        #[arg(long = "case")]
+        cases: Vec<String>,
     },
     /// The daemon's control plane over gRPC: GetPortStats requests/s, module
     /// add/connect/remove cycles/s, and the data path's cycles per packet
@@ -353,7 +357,10 @@ fn main() -> Result<()> {
             };
             nfkit_bench::rfc2544::rfc2544(&opts)?;
         }
-        Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
+        Cmd::Pipeline { seconds, cases } if !cases.is_empty() => {
+            nfkit_bench::pipeline::pipeline_cases(&cases, seconds)?
+        }
+        Cmd::Pipeline { seconds, .. } => nfkit_bench::pipeline::pipeline(seconds)?,
         Cmd::Control { seconds, runs } => {
             nfkit_bench::control::control(seconds, runs)?;
         }
