@@ -53,6 +53,22 @@ impl std::fmt::Display for Fail {
 
 impl From<GraphError> for Fail {
     fn from(e: GraphError) -> Fail {
+        if let GraphError::TwoWorkers {
+            module,
+            class,
+            a,
+            b,
+        } = &e
+        {
+            // BESS runs such a module on both workers; name them as a
+            // BESS script does (wid), with what to do instead.
+            let wid = |w: &str| w.strip_prefix('w').unwrap_or(w).to_string();
+            return Fail::inval(format!(
+                "module `{module}` ({class}) would get packets from tasks on two workers, wid {} and wid {}: nfkit runs each module on one worker (one owner per queue, no lock on the data path), where BESS would run it on both; give each worker its own `{class}`, or put a Queue in front of `{module}` and attach its task to one worker",
+                wid(a),
+                wid(b)
+            ));
+        }
         let code = match &e {
             GraphError::DuplicateModule(_) | GraphError::DuplicateWorker(_) => libc::EEXIST,
             GraphError::Tc(TcError::Duplicate(_)) => libc::EEXIST,

@@ -19,11 +19,13 @@ pub struct ClassInfo {
 }
 
 pub const CLASSES: &[ClassInfo] = &[
+    ClassInfo { name: "ArpResponder", help: "answers ARP requests for the addresses it was given", cmds: &[("add", "ArpResponderArg")] },
     ClassInfo { name: "Bypass", help: "passes packets from input gate i to output gate i", cmds: &[] },
     ClassInfo { name: "Dump", help: "prints the first packets in hex (nfkit arguments: limit, snap, file)", cmds: &[] },
     ClassInfo { name: "HashLB", help: "splits packets over gates by a flow hash (l2, l3, l4)", cmds: &[] },
     ClassInfo { name: "MACSwap", help: "swaps source and destination MAC addresses", cmds: &[] },
     ClassInfo { name: "Measure", help: "measures latency from the timestamp Timestamp wrote", cmds: &[("get_summary", "MeasureCommandGetSummaryArg")] },
+    ClassInfo { name: "MPLSPop", help: "pops the MPLS label (non-MPLS frames to gate 1)", cmds: &[("set", "MplsPopArg")] },
     ClassInfo { name: "Merge", help: "merges every input gate into output gate 0", cmds: &[] },
     ClassInfo { name: "NF", help: "an nfkit network function (nfkit arguments: name=nat|bridge|lb|policer|firewall|router, options)", cmds: &[] },
     ClassInfo { name: "PcapCapture", help: "writes packets to a pcap file (nfkit arguments: file)", cmds: &[] },
@@ -199,11 +201,17 @@ pub fn bess_args(class: &str, any: Option<&Any>) -> Res<Vec<(String, Value)>> {
             }
         }
         "RoundRobin" => {
+            // BESS's list as given (gates=[0, 2]); no list drops every
+            // packet, and no mode is BESS's default, batch.
             let a: pb::RoundRobinArg = decode(any, "RoundRobinArg")?;
-            out.push(("gates", int(gate_count(class, &a.gates, 1)?)));
-            if !a.mode.is_empty() {
-                out.push(("mode", s(&a.mode)));
+            if let Some(g) = a.gates.iter().find(|&&g| g < 0) {
+                return Err(Fail::inval(format!("RoundRobin: invalid gate {g}")));
             }
+            out.push((
+                "gates",
+                Value::List(a.gates.iter().map(|&g| int(g as u64)).collect()),
+            ));
+            out.push(("mode", s(if a.mode.is_empty() { "batch" } else { &a.mode })));
         }
         "Replicate" => {
             let a: pb::ReplicateArg = decode(any, "ReplicateArg")?;
@@ -308,6 +316,25 @@ pub fn bess_args(class: &str, any: Option<&Any>) -> Res<Vec<(String, Value)>> {
         }
         "Dump" => {
             let _: pb::DumpArg = decode(any, "DumpArg")?;
+        }
+        "L2Forward" => {
+            // BESS's `size` counts hash buckets of `bucket` slots (1024
+            // and 4 by default); nfkit's counts slots.
+            let a: pb::L2ForwardArg = decode(any, "L2ForwardArg")?;
+            let size = if a.size == 0 { 1024 } else { a.size };
+            let bucket = if a.bucket == 0 { 4 } else { a.bucket };
+            if size < 0 || bucket < 0 {
+                return Err(Fail::inval(format!(
+                    "L2Forward: size {size} and bucket {bucket} must be positive"
+                )));
+            }
+            let slots = size.checked_mul(bucket).ok_or_else(|| {
+                Fail::inval(format!(
+                    "L2Forward: size {size} x bucket {bucket} is too large"
+                ))
+            })?;
+            out.push(("size", int(slots as u64)));
+            out.push(("bucket", int(bucket as u64)));
         }
         _ => {
             // Every other class reads BESS's fields under their own
@@ -447,23 +474,34 @@ mod tests {
     #[test]
     fn gate_lists() {
         let a = pack(
-            &pb::RoundRobinArg {
+            &pb::ReplicateArg {
                 gates: vec![0, 1, 2],
+            },
+            "ReplicateArg",
+        );
+        assert_eq!(
+            bess_args("Replicate", Some(&a)).unwrap()[0].1,
+            Value::Int(3)
+        );
+        let a = pack(&pb::ReplicateArg { gates: vec![1, 2] }, "ReplicateArg");
+        assert!(bess_args("Replicate", Some(&a)).is_err());
+        // RoundRobin takes BESS's list as it is, in batch mode by default.
+        let a = pack(
+            &pb::RoundRobinArg {
+                gates: vec![0, 2],
                 mode: String::new(),
             },
             "RoundRobinArg",
         );
         assert_eq!(
-            bess_args("RoundRobin", Some(&a)).unwrap()[0].1,
-            Value::Int(3)
+            bess_args("RoundRobin", Some(&a)).unwrap(),
+            vec![
+                (
+                    "gates".to_string(),
+                    Value::List(vec![Value::Int(0), Value::Int(2)])
+                ),
+                ("mode".to_string(), Value::Str("batch".into()))
+            ]
         );
-        let a = pack(
-            &pb::RoundRobinArg {
-                gates: vec![1, 2],
-                mode: String::new(),
-            },
-            "RoundRobinArg",
-        );
-        assert!(bess_args("RoundRobin", Some(&a)).is_err());
     }
 }

@@ -1151,12 +1151,10 @@ impl Daemon {
     fn upstream(&self, name: &str) -> Vec<(String, usize)> {
         let g = self.pipeline.graph();
         let mut out = Vec::new();
-        for (m, e) in &self.modules {
-            for og in 0..e.ogates {
-                if let Ok(Some((to, _))) = g.target(m, og) {
-                    if to == name {
-                        out.push((m.clone(), og));
-                    }
+        for m in self.modules.keys() {
+            for (og, to, _) in g.targets(m).unwrap_or_default() {
+                if to == name {
+                    out.push((m.clone(), og));
                 }
             }
         }
@@ -1164,13 +1162,7 @@ impl Daemon {
     }
 
     fn downstream(&self, name: &str) -> Vec<(usize, String, usize)> {
-        let g = self.pipeline.graph();
-        let Some(e) = self.modules.get(name) else {
-            return Vec::new();
-        };
-        (0..e.ogates)
-            .filter_map(|og| g.target(name, og).ok().flatten().map(|(t, ig)| (og, t, ig)))
-            .collect()
+        self.pipeline.graph().targets(name).unwrap_or_default()
     }
 
     pub fn destroy_module(&mut self, name: &str) -> Res<()> {
@@ -1234,10 +1226,8 @@ impl Daemon {
             if e.is_task && m != from {
                 continue;
             }
-            for og in 0..e.ogates {
-                if let Ok(Some((t, _))) = g.target(&m, og) {
-                    stack.push(t);
-                }
+            for (_, t, _) in g.targets(&m).unwrap_or_default() {
+                stack.push(t);
             }
         }
         false
@@ -1314,7 +1304,9 @@ impl Daemon {
         let ms = stats.module(name);
         let ts = now_secs();
         let up = self.upstream(name);
-        let igates = (0..e.igates)
+        // Gates beyond the module's per-gate counters were never used.
+        let used = ms.map_or(0, |m| m.igates.len()).min(e.igates);
+        let igates = (0..used)
             .filter_map(|ig| {
                 let feeders: Vec<_> = stats
                     .edges
@@ -1759,13 +1751,11 @@ impl Daemon {
         Ok(())
     }
 
-    /// How many gates `module` has on side `dir`.
+    /// How many gates of `module` on side `dir` are in use (gates 0..N:
+    /// every one connected or hooked; a module may have up to 8,192).
     pub fn gate_count(&self, module: &str, dir: nfkit_pipeline::hooks::GateDir) -> Res<usize> {
-        let m = self.module(module)?;
-        Ok(match dir {
-            nfkit_pipeline::hooks::GateDir::In => m.igates,
-            nfkit_pipeline::hooks::GateDir::Out => m.ogates,
-        })
+        self.module(module)?;
+        Ok(self.pipeline.graph().gates_in_use(module, dir)?)
     }
 
     /// Set a hook on some gates, between two batches (one change for

@@ -310,3 +310,176 @@ fn bad_module_requests_get_errno_and_change_nothing() {
     }
     assert!(d.list_ports().ports.is_empty());
 }
+
+/// What BESS's bessctl samples roundrobin, update, arp, mpls_test,
+/// l2forward, igate and rxl4checksum ask of these classes: gate lists,
+/// commands by BESS's names and argument messages, gates beyond 64, a
+/// UDP FlowGen template. (Packets through them: the pipeline's tests.)
+#[test]
+fn bess_samples_gate_lists_commands_and_gates_beyond_64() {
+    let mut d = daemon();
+    let cmd = |d: &mut Daemon, name: &str, cmd: &str, arg: prost_types::Any| {
+        d.module_command(pb::CommandRequest {
+            name: name.into(),
+            cmd: cmd.into(),
+            arg: Some(arg),
+        })
+        .map(|_| ())
+    };
+    let connect = |d: &mut Daemon, m1: &str, og: u64, ig: u64, m2: &str| {
+        d.connect(pb::ConnectModulesRequest {
+            m1: m1.into(),
+            m2: m2.into(),
+            ogate: og,
+            igate: ig,
+            skip_default_hooks: false,
+        })
+    };
+    create(&mut d, "sink", "Merge", None).unwrap();
+    // RoundRobin(gates=[0, 2], mode='packet'), then gate 1 connected too.
+    let rr = pb::RoundRobinArg {
+        gates: vec![0, 2],
+        mode: "packet".into(),
+    };
+    create(&mut d, "rr", "RoundRobin", Some(pack(&rr, "RoundRobinArg"))).unwrap();
+    for g in 0..3 {
+        connect(&mut d, "rr", g, g, "sink").unwrap();
+    }
+    let info = d.get_mclass_info("RoundRobin").unwrap();
+    assert_eq!(info.cmds, ["set_gates", "set_mode"]);
+    let gates = pb::RoundRobinCommandSetGatesArg {
+        gates: vec![1, 100],
+    };
+    cmd(
+        &mut d,
+        "rr",
+        "set_gates",
+        pack(&gates, "RoundRobinCommandSetGatesArg"),
+    )
+    .unwrap();
+    let mode = pb::RoundRobinCommandSetModeArg {
+        mode: "flow".into(),
+    };
+    let e = cmd(
+        &mut d,
+        "rr",
+        "set_mode",
+        pack(&mode, "RoundRobinCommandSetModeArg"),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, libc::EINVAL, "{e}");
+    // ArpResponder add and MPLSPop set: listed as BESS lists them, run
+    // with BESS's argument messages.
+    let info = d.get_mclass_info("ArpResponder").unwrap();
+    assert_eq!(
+        (info.cmds, info.cmd_args),
+        (vec!["add".to_string()], vec!["ArpResponderArg".to_string()])
+    );
+    let info = d.get_mclass_info("MPLSPop").unwrap();
+    assert_eq!(
+        (info.cmds, info.cmd_args),
+        (vec!["set".to_string()], vec!["MplsPopArg".to_string()])
+    );
+    create(&mut d, "arp", "ArpResponder", None).unwrap();
+    let add = |ip: &str, mac: &str| pb::ArpResponderArg {
+        ip: ip.into(),
+        mac_addr: mac.into(),
+    };
+    cmd(
+        &mut d,
+        "arp",
+        "add",
+        pack(&add("1.2.3.4", "A0:22:33:44:55:66"), "ArpResponderArg"),
+    )
+    .unwrap();
+    let e = cmd(
+        &mut d,
+        "arp",
+        "add",
+        pack(&add("1.2.3", "A0:22:33:44:55:66"), "ArpResponderArg"),
+    )
+    .unwrap_err();
+    assert_eq!(e.code, libc::EINVAL, "{e}");
+    create(
+        &mut d,
+        "mpls",
+        "MPLSPop",
+        Some(pack(&pb::EmptyArg {}, "EmptyArg")),
+    )
+    .unwrap();
+    let set = pb::MplsPopArg {
+        remove_eth_header: false,
+        next_eth_type: 0x0800,
+    };
+    cmd(&mut d, "mpls", "set", pack(&set, "MplsPopArg")).unwrap();
+    // L2Forward() then add 1,000 entries, gates 1..=1000; Bypass input
+    // gate 1 to output gate 1 (BESS's MAX_GATES is 8,192).
+    create(&mut d, "fib", "L2Forward", None).unwrap();
+    let entries = (1..=1000u64)
+        .map(|i| pb::l2_forward_command_add_arg::Entry {
+            addr: format!("00:00:00:00:{:02x}:{:02x}", i >> 8, i & 0xff),
+            gate: i as i64,
+        })
+        .collect();
+    let add = pb::L2ForwardCommandAddArg { entries };
+    cmd(&mut d, "fib", "add", pack(&add, "L2ForwardCommandAddArg")).unwrap();
+    connect(&mut d, "fib", 1000, 3, "sink").unwrap();
+    create(&mut d, "a", "Bypass", None).unwrap();
+    connect(&mut d, "a", 1, 4, "sink").unwrap();
+    connect(&mut d, "rr", 5, 1, "a").unwrap();
+    let e = connect(&mut d, "rr", 6, 8192, "a").unwrap_err();
+    assert_eq!(e.code, libc::EINVAL, "{e}");
+    assert!(e.msg.contains("has 8192 input gate(s)"), "{e}");
+    let info = d.get_module_info("a").unwrap();
+    assert_eq!(info.ogates.len(), 1);
+    assert_eq!((info.ogates[0].ogate, info.ogates[0].igate), (1, 4));
+    // FlowGen from a UDP template (rxl4checksum's).
+    // Ethernet, IPv4 (10.0.0.1 -> 10.0.0.2, UDP), UDP 10001 -> 10002 with
+    // no checksum, 18 bytes of payload: 60 bytes.
+    let mut udp = vec![
+        6, 0x16, 0x3e, 0x1b, 0x72, 0x32, 2, 0x1e, 0x67, 0x9f, 0x4d, 0xae, 8, 0,
+    ];
+    udp.extend([
+        0x45, 0, 0, 46, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+    ]);
+    udp.extend([0x27, 0x11, 0x27, 0x12, 0, 26, 0, 0]);
+    udp.extend(b"hello0123456789012");
+    let fg = pb::FlowGenArg {
+        template: udp,
+        pps: 1e6,
+        flow_rate: 1e4,
+        flow_duration: 10.0,
+        arrival: "exponential".into(),
+        duration: "pareto".into(),
+        quick_rampup: true,
+        ..Default::default()
+    };
+    create(&mut d, "fg", "FlowGen", Some(pack(&fg, "FlowGenArg"))).unwrap();
+    // multicore: one Sink fed by tasks on two workers is refused, naming
+    // the module and the workers by wid.
+    d.add_worker(pb::AddWorkerRequest {
+        wid: 1,
+        core: -1,
+        scheduler: String::new(),
+    })
+    .unwrap();
+    create(&mut d, "src0", "Source", None).unwrap();
+    create(&mut d, "src1", "Source", None).unwrap();
+    create(&mut d, "k", "Sink", None).unwrap();
+    connect(&mut d, "src0", 0, 0, "k").unwrap();
+    connect(&mut d, "src1", 0, 0, "k").unwrap();
+    let attach = |d: &mut Daemon, m: &str, wid: i64| {
+        d.update_tc_parent(Some(pb::TrafficClass {
+            leaf_module_name: m.into(),
+            wid,
+            ..Default::default()
+        }))
+    };
+    attach(&mut d, "src0", 0).unwrap();
+    let e = attach(&mut d, "src1", 1).unwrap_err();
+    assert_eq!(e.code, libc::EINVAL, "{e}");
+    assert!(
+        e.msg.contains("module `k` (Sink)") && e.msg.contains("wid 0") && e.msg.contains("wid 1"),
+        "{e}"
+    );
+}

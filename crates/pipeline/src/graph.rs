@@ -57,9 +57,10 @@ pub enum GraphError {
     NoTc { class: String, worker: String },
     #[error("module `{0}` has no task to attach (only PortInc, QueueInc, Source, Queue and other producers do)")]
     NotATask(String),
-    #[error("module `{module}` gets packets from tasks on workers `{a}` and `{b}`; give each worker its own copy (duplication) or put a Queue between them (chaining)")]
+    #[error("module `{module}` gets packets from tasks on workers `{a}` and `{b}` ({class}); nfkit runs a module on one worker (one owner per queue, no lock on the data path): give each worker its own copy (duplication) or put a Queue between them (chaining)")]
     TwoWorkers {
         module: String,
+        class: &'static str,
         a: String,
         b: String,
     },
@@ -94,7 +95,16 @@ pub(crate) struct Node {
     pub module: Option<Box<dyn Module>>,
     pub attrs: Vec<AttrSpec>,
     pub is_task: bool,
+    /// Per output gate up to the highest one connected or hooked (the
+    /// module may have more, up to `max_ogates`: a gate beyond this is
+    /// unconnected, and what the module sends there is a counted drop).
     pub ogates: Vec<Option<(ModuleId, usize)>>,
+    /// The gates the module has ([`Module::igates`], [`Module::ogates`],
+    /// at most [`MAX_GATES`]); the per-gate vectors grow as gates are
+    /// used, so a module with BESS's 8,192 gates costs the worker only
+    /// the gates it uses.
+    pub max_igates: usize,
+    pub max_ogates: usize,
     pub counters: Arc<ModuleCounters>,
     /// Counters of the task half when the module spans two workers (each
     /// counter has one writing thread; statistics add both sets).
@@ -126,6 +136,28 @@ enum Part {
 }
 
 impl Node {
+    /// Make room for gates 0..`n` in direction `dir` (never more than
+    /// the module has; never shrinks).
+    fn grow(&mut self, dir: GateDir, n: usize) {
+        match dir {
+            GateDir::In => {
+                let n = n.min(self.max_igates);
+                while self.igate_counters.len() < n {
+                    self.igate_counters.push(Arc::default());
+                    self.igate_taps.push(None);
+                }
+            }
+            GateDir::Out => {
+                let n = n.min(self.max_ogates);
+                while self.ogates.len() < n {
+                    self.ogates.push(None);
+                    self.ogate_counters.push(Arc::default());
+                    self.ogate_taps.push(None);
+                }
+            }
+        }
+    }
+
     /// Where the gates of `part` of this module lead, and its counters.
     fn wiring(&self, part: Part) -> Wiring {
         Wiring {
@@ -235,24 +267,30 @@ impl Graph {
         let mut module = module;
         let uses = module.ports();
         let splittable = module.task_half().is_some();
-        let igates = module.igates().min(MAX_GATES);
-        let ogates = module.ogates().min(MAX_GATES);
-        self.nodes.push(Some(Node {
+        let max_igates = module.igates().min(MAX_GATES);
+        let max_ogates = module.ogates().min(MAX_GATES);
+        let mut node = Node {
             name: name.into(),
             class: module.class(),
             attrs: module.attrs(),
             is_task: module.is_task(),
             module: Some(module),
-            ogates: vec![None; ogates],
+            ogates: Vec::new(),
+            max_igates,
+            max_ogates,
             counters: Arc::default(),
             half_counters: Arc::default(),
-            igate_counters: (0..igates).map(|_| Arc::default()).collect(),
-            ogate_counters: (0..ogates).map(|_| Arc::default()).collect(),
-            igate_taps: vec![None; igates],
-            ogate_taps: vec![None; ogates],
+            igate_counters: Vec::new(),
+            ogate_counters: Vec::new(),
+            igate_taps: Vec::new(),
+            ogate_taps: Vec::new(),
             uses,
             splittable,
-        }));
+        };
+        // Gate 0 each way, as every module that has gates uses it.
+        node.grow(GateDir::In, max_igates.min(1));
+        node.grow(GateDir::Out, max_ogates.min(1));
+        self.nodes.push(Some(node));
         self.names.insert(name.into(), id);
         Ok(id)
     }
@@ -316,20 +354,34 @@ impl Graph {
     ) -> Result<(), GraphError> {
         let (f, t) = (self.id(from)?, self.id(to)?);
         let tn = self.node(t);
-        if igate >= tn.igate_counters.len() {
+        if igate >= tn.max_igates {
             return Err(GraphError::NoGate {
                 module: to.into(),
                 class: tn.class,
                 dir: "input",
                 gate: igate,
-                have: tn.igate_counters.len(),
+                have: tn.max_igates,
             });
+        }
+        let fnode = self.node(f);
+        if ogate >= fnode.max_ogates {
+            return Err(GraphError::NoGate {
+                module: from.into(),
+                class: fnode.class,
+                dir: "output",
+                gate: ogate,
+                have: fnode.max_ogates,
+            });
+        }
+        if let Some(n) = self.nodes[t].as_mut() {
+            n.grow(GateDir::In, igate + 1);
         }
         let busy = self.nodes[f]
             .as_ref()
             .and_then(|n| n.ogates.get(ogate).copied().flatten())
             .map(|(other, _)| self.node(other).name.clone());
         let fnode = self.nodes[f].as_mut().expect("live module id");
+        fnode.grow(GateDir::Out, ogate + 1);
         match fnode.ogates.get_mut(ogate) {
             None => Err(GraphError::NoGate {
                 module: from.into(),
@@ -371,19 +423,52 @@ impl Graph {
     ) -> Result<Option<Tap>, GraphError> {
         let id = self.id(module)?;
         let n = self.nodes[id].as_mut().expect("a module id names a node");
+        let have = match dir {
+            GateDir::In => n.max_igates,
+            GateDir::Out => n.max_ogates,
+        };
+        if gate < have && tap.is_some() {
+            n.grow(dir, gate + 1);
+        }
         let (taps, dir_name) = match dir {
             GateDir::In => (&mut n.igate_taps, "input"),
             GateDir::Out => (&mut n.ogate_taps, "output"),
         };
-        let have = taps.len();
-        let slot = taps.get_mut(gate).ok_or(GraphError::NoGate {
-            module: module.into(),
-            class: n.class,
-            dir: dir_name,
-            gate,
-            have,
-        })?;
+        if gate >= have {
+            return Err(GraphError::NoGate {
+                module: module.into(),
+                class: n.class,
+                dir: dir_name,
+                gate,
+                have,
+            });
+        }
+        let Some(slot) = taps.get_mut(gate) else {
+            return Ok(None); // removing the hook of a gate never used
+        };
         Ok(std::mem::replace(slot, tap))
+    }
+
+    /// How many gates of `module` on side `dir` are in use: gates 0..N
+    /// cover every one connected or hooked (BESS's "every gate" of a
+    /// module is the gates it has made so far).
+    pub fn gates_in_use(&self, module: &str, dir: GateDir) -> Result<usize, GraphError> {
+        let n = self.node(self.id(module)?);
+        Ok(match dir {
+            GateDir::In => n.igate_counters.len(),
+            GateDir::Out => n.ogates.len(),
+        })
+    }
+
+    /// Every connected output gate of `from`: (output gate, module,
+    /// input gate), in gate order.
+    pub fn targets(&self, from: &str) -> Result<Vec<(usize, String, usize)>, GraphError> {
+        let n = self.node(self.id(from)?);
+        Ok(n.ogates
+            .iter()
+            .enumerate()
+            .filter_map(|(g, t)| t.map(|(t, ig)| (g, self.node(t).name.clone(), ig)))
+            .collect())
     }
 
     /// Where output gate `ogate` of `from` leads: (module, input gate).
@@ -1066,6 +1151,7 @@ impl Graph {
                     Some(o) => {
                         return Err(GraphError::TwoWorkers {
                             module: self.node(m).name.clone(),
+                            class: self.node(m).class,
                             a: self.workers[o].name.clone(),
                             b: self.workers[a.worker].name.clone(),
                         })

@@ -17,6 +17,9 @@ use crate::ports::PortTable;
 use nfkit_hw::sim::SimDma;
 use nfkit_hw::{Batch, Mempool, PktBuf};
 
+/// Most output gates the harness gives a module.
+pub const HARNESS_GATES: usize = 1024;
+
 /// Packets out of each output gate, as bytes.
 pub type GateOutput = Vec<Vec<Vec<u8>>>;
 
@@ -98,7 +101,7 @@ impl Harness {
         mut init: impl FnMut(usize, &mut PktBuf, &[Attr]),
     ) -> GateOutput {
         let attrs = Harness::attrs(module);
-        let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
+        let mut outs = Harness::outs(module);
         let mut result: GateOutput = vec![Vec::new(); outs.len()];
         for chunk in packets.chunks(nfkit_hw::pool::MAX_BATCH) {
             let mut batch = Batch::new();
@@ -117,6 +120,15 @@ impl Harness {
             collect(&mut outs, &mut result);
         }
         result
+    }
+
+    /// One batch per output gate, for at most [`HARNESS_GATES`] gates
+    /// (a module with BESS's 8,192 sends to a gate beyond them as to an
+    /// unconnected one: a counted drop).
+    fn outs(module: &dyn Module) -> Vec<Batch> {
+        (0..module.ogates().min(HARNESS_GATES))
+            .map(|_| Batch::new())
+            .collect()
     }
 
     /// The context a module sees here: its outputs, a trash batch for
@@ -149,7 +161,7 @@ impl Harness {
         mut batch: Batch,
     ) -> Vec<Batch> {
         let attrs = Harness::attrs(module);
-        let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
+        let mut outs = Harness::outs(module);
         let mut trash = Batch::new();
         let (mut ports, bind) = PortTable::claim_all(&module.ports());
         let mut ctx = self
@@ -164,7 +176,7 @@ impl Harness {
     /// each output gate, packets and metadata intact.
     pub fn run_task_batch(&mut self, module: &mut dyn Module) -> Vec<Batch> {
         let attrs = Harness::attrs(module);
-        let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
+        let mut outs = Harness::outs(module);
         let mut trash = Batch::new();
         let (mut ports, bind) = PortTable::claim_all(&module.ports());
         let mut ctx = self
@@ -177,7 +189,7 @@ impl Harness {
     /// Run the module's task once.
     pub fn run_task(&mut self, module: &mut dyn Module) -> GateOutput {
         let attrs = Harness::attrs(module);
-        let mut outs: Vec<Batch> = (0..module.ogates()).map(|_| Batch::new()).collect();
+        let mut outs = Harness::outs(module);
         let mut result: GateOutput = vec![Vec::new(); outs.len()];
         let mut trash = Batch::new();
         let (mut ports, bind) = PortTable::claim_all(&module.ports());

@@ -13,8 +13,9 @@ use crate::metadata::{Attr, AttrSpec};
 use crate::ports::{PortTable, PortUse};
 use nfkit_hw::{Batch, PktBuf};
 
-/// Most gates a module may have in either direction.
-pub const MAX_GATES: usize = 64;
+/// Most gates a module may have in either direction (BESS's `MAX_GATES`).
+/// The graph keeps per-gate state only up to the highest gate in use.
+pub const MAX_GATES: usize = 8192;
 /// Default largest batch a task produces (SoftNIC §4.5 caps at 32).
 pub const DEFAULT_BURST: usize = 32;
 

@@ -181,8 +181,8 @@ fn exact_match_bad_commands_change_nothing() {
         ),
         ("fields=[]", "1 to 8 fields"),
         (
-            "fields=[(offset=0, num_bytes=1)], gates=65",
-            "out of range 1..=64",
+            "fields=[(offset=0, num_bytes=1)], gates=8193",
+            "out of range 1..=8192",
         ),
         (
             "fields=[(offset=0, num_bytes=1)], masks=[256]",

@@ -443,7 +443,7 @@ fn flowgen_makes_flows_with_syn_ack_fin() {
         .unwrap();
     assert!(e.contains("not uniform or exponential"), "{e}");
     let e = try_module("FlowGen", "template=[1, 2, 3]").err().unwrap();
-    assert!(e.contains("not an Ethernet/IPv4/TCP frame"), "{e}");
+    assert!(e.contains("not an Ethernet/IPv4/TCP or UDP frame"), "{e}");
     let e = try_module(
         "FlowGen",
         &format!("template=[{list}], pps=5, flow_rate=10"),
@@ -451,6 +451,46 @@ fn flowgen_makes_flows_with_syn_ack_fin() {
     .err()
     .unwrap();
     assert!(e.contains("must not exceed pps"), "{e}");
+}
+
+#[test]
+fn flowgen_makes_udp_flows_from_a_udp_template() {
+    // As BESS's rxl4checksum sample: a UDP template, its checksum left 0
+    // (none); every packet leaves with right IPv4 and UDP checksums.
+    let mut t = udp("10.0.0.1", 10001, "10.0.0.2", 10002)
+        .payload(b"hello0123456789")
+        .build();
+    t[40..42].fill(0);
+    let list = t
+        .iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut m = module(
+        "FlowGen",
+        &format!("template=[{list}], pps=1000, flow_rate=100, flow_duration=0.1, ip_dst_range=50, port_src_range=100"),
+    );
+    let mut h = Harness::new();
+    let mut frames = Vec::new();
+    for ms in 0..200u64 {
+        h.set_time(ms * 1_000_000);
+        frames.extend(h.run_task(&mut *m).remove(0));
+    }
+    assert!(frames.len() > 100, "{} packets", frames.len());
+    let mut dsts = std::collections::HashSet::new();
+    for f in &frames {
+        assert_eq!(f.len(), t.len());
+        assert_eq!(f[23], 17, "still UDP");
+        assert_eq!(f[42..], t[42..], "the payload is the template's");
+        assert_ne!(f[40..42], [0, 0], "a UDP checksum is set");
+        nfkit_packet::verify_checksums(f).unwrap();
+        dsts.insert(f[30..34].to_vec());
+    }
+    assert!(
+        dsts.len() > 5,
+        "destinations spread over the range: {}",
+        dsts.len()
+    );
 }
 
 #[test]

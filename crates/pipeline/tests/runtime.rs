@@ -297,6 +297,51 @@ fn packets_for_an_unconnected_gate_do_not_starve_the_connected_ones() {
     assert_eq!(s.module("rep").unwrap().dropped, 20 * 32, "{s}");
 }
 
+/// BESS's gate numbers: L2Forward to gate 1,000, Bypass from input gate
+/// 5,000 to output gate 5,000, RoundRobin over the list [0, 2]. The
+/// graph keeps per-gate state only up to the highest gate in use.
+#[test]
+fn modules_reach_bess_gates_beyond_64() {
+    let src = "
+        s1::Source(size=60, burst=4, template=[0, 0, 0, 0, 3, 232]) -> fib::L2Forward()
+        fib:1000 -> k1000::Sink()
+        fib.add(entries=[(addr=\"00:00:00:00:03:e8\", gate=1000)])
+        s2::Source(size=60, burst=4) -> 0:b::Bypass():0 -> k0::Sink()
+        s3::Source(size=60, burst=4) -> 5000:b:5000 -> k5000::Sink()
+        s4::Source(size=60, burst=4) -> rr::RoundRobin(gates=[0, 2], mode=packet)
+        rr:0 -> r0::Sink()
+        rr:1 -> r1::Sink()
+        rr:2 -> r2::Sink()
+    ";
+    let mut p = build(src, VirtualClock::new());
+    p.step(40).unwrap();
+    let s = p.stats();
+    let consumed = |m: &str| s.module(m).unwrap().consumed;
+    for m in ["k1000", "k0", "k5000", "r0", "r2"] {
+        assert!(consumed(m) > 0, "{m}: {s}");
+    }
+    assert_eq!(consumed("r1"), 0, "gate 1 is not in the list: {s}");
+    assert_eq!(consumed("r0"), consumed("r2"), "{s}");
+    let fib = s.module("fib").unwrap();
+    assert_eq!(fib.dropped, 0, "{s}");
+    assert_eq!(
+        fib.ogates.len(),
+        1001,
+        "state up to the highest gate in use"
+    );
+    assert_eq!(fib.ogates[1000].packets, consumed("k1000"));
+    let e = parse("a::Bypass() -> 8192:b::Bypass()\n", "t.nfk")
+        .unwrap()
+        .build(&|_| unreachable!())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("has 8192 input gate(s); gate 8192 does not exist"),
+        "{e}"
+    );
+}
+
 /// Packets sent to an unconnected gate must not cost the worker one of
 /// its spare batches: after many such drops, a deep chain still carries
 /// every packet (it used to lose a spare per drop and then drop deep).

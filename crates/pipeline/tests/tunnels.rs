@@ -26,12 +26,17 @@ fn tcp(src: &str, dst: &str) -> Vec<u8> {
         .build()
 }
 
-fn module(class: &str, args: &str) -> Box<dyn Module> {
-    let mut a: Args = parse(&format!("x::Sink()\nx.c({args})"), "t")
+/// `name=value, ...` in the config language, as arguments.
+fn record(args: &str) -> Args {
+    parse(&format!("x::Sink()\nx.c({args})"), "t")
         .unwrap()
         .commands[0]
         .args
-        .clone();
+        .clone()
+}
+
+fn module(class: &str, args: &str) -> Box<dyn Module> {
+    let mut a = record(args);
     let env = BuildEnv {
         ports: Default::default(),
         pool: Harness::new().pool().clone(),
@@ -101,7 +106,25 @@ fn mpls_pop() {
     let out = Harness::new().run(&mut *module("MPLSPop", ""), 0, &[mpls.clone(), f.clone()]);
     assert_eq!(out[0], vec![f.clone()]);
     assert_eq!(out[1], vec![f.clone()], "not MPLS: gate 1");
-    let out = Harness::new().run(&mut *module("MPLSPop", "remove_eth_header=1"), 0, &[mpls]);
+    let out = Harness::new().run(
+        &mut *module("MPLSPop", "remove_eth_header=1"),
+        0,
+        &[mpls.clone()],
+    );
+    assert_eq!(out[0], vec![f[14..].to_vec()]);
+    // BESS's `set` command: both settings at once, at run time.
+    let mut m = module("MPLSPop", "");
+    let mut set = |args: &str| m.command("set", &mut record(args));
+    set("remove_eth_header=0, next_eth_type=0x86dd").unwrap();
+    assert!(set("next_eth_type=0x10000").is_err(), "not an EtherType");
+    assert!(set("label=3").is_err(), "no such argument");
+    let out = Harness::new().run(&mut *m, 0, &[mpls.clone()]);
+    let mut v6 = f.clone();
+    v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    assert_eq!(out[0], vec![v6], "the failed sets changed nothing");
+    m.command("set", &mut record("remove_eth_header=1"))
+        .unwrap();
+    let out = Harness::new().run(&mut *m, 0, &[mpls]);
     assert_eq!(out[0], vec![f[14..].to_vec()]);
 }
 

@@ -5,10 +5,12 @@
 //! Queue numbering (§5.1.2): receiveq*k* is virtqueue 2*k*, transmitq*k*
 //! is 2*k*+1, and the control queue is 2 × `max_virtqueue_pairs`.
 //!
-//! Every packet carries a `virtio_net_hdr` in front (§5.1.6). We offer no
-//! offloads, so it is all zeros on transmit and ignored on receive; it is
-//! placed in the buffer's headroom, so header and packet share one
-//! descriptor (needs VERSION_1 or ANY_LAYOUT, §5.1.6.6 / §6).
+//! Every packet carries a `virtio_net_hdr` in front (§5.1.6), in the
+//! buffer's headroom, so header and packet share one descriptor (needs
+//! VERSION_1 or ANY_LAYOUT, §5.1.6.6 / §6). The usual header (no
+//! offload, one buffer) is written as zeros and recognised on receive
+//! by two 16-bit loads; offload state and merged buffers take an
+//! out-of-line path.
 
 use crate::virtqueue::{Segment, Used, Virtqueue};
 use crate::vnet::{self, DropCounts, DropReason, Offloads};
@@ -86,6 +88,10 @@ impl RxQueue {
     /// chained here; the header's offload fields become offload state.
     fn receive(&mut self, rx: &mut RxState<'_>, batch: &mut Batch) -> usize {
         let hdr_len = rx.hdr_len;
+        // Per batch, not per packet: whether the header is read at all,
+        // and which header asks nothing (see `plain_rx_header`).
+        let reads = rx.offloads.reads_header();
+        let nb_mask = if rx.offloads.mergeable { 0xffff } else { 0 };
         let mut got = 0;
         while !batch.is_full() {
             let Used { head, len } = match self.vq.pop_used() {
@@ -107,21 +113,9 @@ impl RxQueue {
                 continue; // dropping `buf` returns it to the pool
             }
             buf.set_received(len - hdr_len);
-            if rx.offloads.reads_header() {
-                let mut hdr = [0u8; 12];
-                if let Ok(h) = buf.prepend(hdr_len) {
-                    hdr[..hdr_len.min(12)].copy_from_slice(&h[..hdr_len.min(12)]);
-                }
-                let _ = buf.adj(hdr_len);
-                if rx.offloads.mergeable {
-                    let n = u16::from_le_bytes([hdr[10], hdr[11]]);
-                    if let Err(r) = self.merge(&mut buf, n, rx) {
-                        rx.drops.count(r, rx.name);
-                        rx.stats.rx_errors += 1;
-                        continue;
-                    }
-                }
-                if let Err(r) = vnet::take_header(&hdr, &mut buf, &rx.offloads, rx.scratch) {
+            // The header lies in the headroom, in front of the packet.
+            if reads && !plain_rx_header(buf.front(hdr_len).unwrap_or(&[]), nb_mask) {
+                if let Err(r) = self.take_rx_header(&mut buf, rx) {
                     rx.drops.count(r, rx.name);
                     rx.stats.rx_errors += 1;
                     continue;
@@ -133,6 +127,21 @@ impl RxQueue {
             got += 1;
         }
         got
+    }
+
+    /// A header that asks something: the other buffers of a merged
+    /// packet (MRG_RXBUF), then the offload fields as offload state.
+    #[inline(never)]
+    fn take_rx_header(&mut self, buf: &mut PktBuf, rx: &mut RxState<'_>) -> Result<(), DropReason> {
+        let mut hdr = [0u8; 12];
+        if let Some(h) = buf.front(rx.hdr_len) {
+            let n = h.len().min(12);
+            hdr[..n].copy_from_slice(&h[..n]);
+        }
+        if rx.offloads.mergeable {
+            self.merge(buf, u16::from_le_bytes([hdr[10], hdr[11]]), rx)?;
+        }
+        vnet::take_header(&hdr, buf, &rx.offloads, rx.scratch)
     }
 
     /// The other `n - 1` buffers of a merged packet, in used order, at the
@@ -232,73 +241,55 @@ impl TxQueue {
         let n = batch.len().min(self.vq.free_descriptors());
         let mut sent = 0;
         let mut kick = false;
-        let mut taken = 0;
-        let stats = &mut *tx.stats;
-        for pkt in batch.as_mut_slice()[..n].iter_mut() {
-            // Chains may need more descriptors than are left: they wait.
-            if pkt.is_chained() && pkt.nb_segs() > self.vq.free_descriptors() {
-                break;
+        // Chains may need more descriptors than are left: they wait. (No
+        // pass over the batch unless it holds a chain.)
+        let taken = if batch.marks().chained() {
+            let mut free = self.vq.free_descriptors();
+            let mut taken = 0;
+            for pkt in batch.as_slice()[..n].iter() {
+                if pkt.nb_segs() > free {
+                    break;
+                }
+                free -= pkt.nb_segs();
+                taken += 1;
             }
-            taken += 1;
-        }
+            taken
+        } else {
+            n
+        };
         for pkt in batch.drain_front(taken) {
             let Some(mut pkt) = tx.own.adopt(pkt, cache) else {
-                stats.tx_dropped += 1; // our pool is empty
+                tx.stats.tx_dropped += 1; // our pool is empty
                 continue;
             };
             let len = pkt.pkt_len();
-            if pkt.offload().is_some() {
-                if let Err(r) = finish(&mut pkt, &tx.offloads) {
-                    tx.drops.count(r, tx.name);
-                    stats.tx_errors += 1;
-                    continue;
+            let head = if pkt.is_chained() || pkt.offload().is_some() {
+                match self.add_marked(&mut pkt, tx) {
+                    Some(h) => h,
+                    None => continue, // counted
                 }
-            }
-            let o = pkt.offload().copied();
-            match pkt.prepend(hdr_len) {
-                Ok(hdr) => match o {
-                    None => zero_header(hdr),
-                    Some(o) => vnet::write_header(Some(&o), 0, hdr),
-                },
-                Err(_) => {
-                    stats.tx_errors += 1; // no headroom for the header
-                    continue;
-                }
-            }
-            let head = if pkt.is_chained() {
-                let mut segs = [Segment {
-                    addr: 0,
-                    len: 0,
-                    device_writes: false,
-                }; nfkit_hw::pool::MAX_SEGS];
-                let mut k = 0;
-                for (addr, l) in pkt.dma_segments() {
-                    if let Some(s) = segs.get_mut(k) {
-                        *s = Segment {
-                            addr,
-                            len: l as u32,
-                            device_writes: false,
-                        };
-                        k += 1;
-                    }
-                }
-                self.vq.add(&segs[..k])
             } else {
-                let seg = Segment {
-                    addr: pkt.device_addr(),
-                    len: pkt.len() as u32,
-                    device_writes: false,
+                // The usual packet: an all-zero header written in the
+                // headroom, one descriptor for header and packet.
+                let Some(h) = pkt.front_mut(hdr_len) else {
+                    tx.stats.tx_errors += 1; // no headroom for the header
+                    continue;
                 };
-                self.vq.add(&[seg])
+                zero_header(h);
+                self.vq.add(&[Segment {
+                    addr: pkt.device_addr() - hdr_len as u64,
+                    len: (pkt.len() + hdr_len) as u32,
+                    device_writes: false,
+                }])
             };
             // Cannot fail: enough descriptors were free.
             let Some(head) = head else {
-                stats.tx_dropped += 1;
+                tx.stats.tx_dropped += 1;
                 continue;
             };
             self.slots[head as usize] = Some(pkt);
-            stats.tx_packets += 1;
-            stats.tx_bytes += len as u64;
+            tx.stats.tx_packets += 1;
+            tx.stats.tx_bytes += len as u64;
             sent += 1;
             if sent % PUBLISH_EVERY == 0 {
                 kick |= self.vq.publish();
@@ -306,6 +297,49 @@ impl TxQueue {
         }
         kick |= self.vq.publish();
         (sent, kick)
+    }
+
+    /// A packet with offload state or a chain: the state the device
+    /// negotiated goes into its header (the rest is done in software
+    /// first), and each segment gets a descriptor. `None` when it was
+    /// dropped (counted); else what `Virtqueue::add` gave.
+    #[inline(never)]
+    fn add_marked(&mut self, pkt: &mut PktBuf, tx: &mut TxState<'_>) -> Option<Option<u16>> {
+        if pkt.offload().is_some() {
+            if let Err(r) = finish(pkt, &tx.offloads) {
+                tx.drops.count(r, tx.name);
+                tx.stats.tx_errors += 1;
+                return None;
+            }
+        }
+        let o = pkt.offload().copied();
+        match pkt.prepend(tx.hdr_len) {
+            Ok(hdr) => match o {
+                None => zero_header(hdr),
+                Some(o) => vnet::write_header(Some(&o), 0, hdr),
+            },
+            Err(_) => {
+                tx.stats.tx_errors += 1; // no headroom for the header
+                return None;
+            }
+        }
+        let mut segs = [Segment {
+            addr: 0,
+            len: 0,
+            device_writes: false,
+        }; nfkit_hw::pool::MAX_SEGS];
+        let mut k = 0;
+        for (addr, l) in pkt.dma_segments() {
+            if let Some(s) = segs.get_mut(k) {
+                *s = Segment {
+                    addr,
+                    len: l as u32,
+                    device_writes: false,
+                };
+                k += 1;
+            }
+        }
+        Some(self.vq.add(&segs[..k]))
     }
 }
 
@@ -384,6 +418,22 @@ impl OwnPool {
             copy.set_offload(*o);
         }
         Some(copy)
+    }
+}
+
+/// Whether the header in front of a received packet asks nothing: no
+/// offload (`flags` and `gso_type` 0, so the other offload fields mean
+/// nothing, §5.1.6.4) and, where `nb_mask` is 0xffff (MRG_RXBUF), one
+/// buffer (`num_buffers` 1). Two 16-bit loads and no branch on the
+/// negotiated features: the caller works `nb_mask` out once per batch.
+#[inline(always)]
+fn plain_rx_header(h: &[u8], nb_mask: u16) -> bool {
+    match h {
+        [f, g, _, _, _, _, _, _, _, _, n0, n1, ..] => {
+            u16::from_le_bytes([*f, *g]) | ((u16::from_le_bytes([*n0, *n1]) ^ 1) & nb_mask) == 0
+        }
+        [f, g, ..] => *f | *g == 0 && nb_mask == 0,
+        _ => false,
     }
 }
 

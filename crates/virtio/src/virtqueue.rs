@@ -298,7 +298,18 @@ impl Virtqueue {
     /// put its head in the available ring, not yet visible to the device
     /// (§2.7.13.1-2). Returns the head, or `None` if too few descriptors
     /// are free (nothing is changed then).
+    #[inline]
     pub fn add(&mut self, chain: &[Segment]) -> Option<u16> {
+        match (self.in_order, chain) {
+            // The usual case, inlined into the caller's loop.
+            (Some(order), [seg]) => self.add_one_in_order(order, seg),
+            _ => self.add_chain(chain),
+        }
+    }
+
+    /// [`Self::add`] of anything but one descriptor on an IN_ORDER queue.
+    #[inline(never)]
+    fn add_chain(&mut self, chain: &[Segment]) -> Option<u16> {
         if let Some(order) = self.in_order {
             return self.add_in_order(order, chain);
         }
@@ -317,7 +328,7 @@ impl Virtqueue {
             prev = Some(id);
         }
         self.chain_len[head as usize] = chain.len() as u16;
-        let slot = self.next_avail % self.layout.size;
+        let slot = self.next_avail & (self.layout.size - 1);
         self.write_avail_u16(self.layout.avail_ring_entry(slot), head);
         self.next_avail = self.next_avail.wrapping_add(1);
         self.in_flight += 1;
@@ -327,33 +338,10 @@ impl Virtqueue {
     /// IN_ORDER: the chain takes the next `chain.len()` descriptors in
     /// table order (free: the device returns chains in order), and the
     /// next available-ring slot (written only if it held another head).
-    #[inline]
     fn add_in_order(&mut self, mut order: InOrder, chain: &[Segment]) -> Option<u16> {
         let size = self.layout.size;
         if let [seg] = chain {
-            // The usual case, one descriptor: in slot i it is descriptor
-            // i, so after the first round no ring slot is written.
-            if self.in_flight >= size || order.descs_out >= size {
-                return None;
-            }
-            let id = order.next_desc;
-            self.write_descriptor(id, seg);
-            order.next_desc = (id + 1) & (size - 1);
-            order.descs_out += 1;
-            self.in_order = Some(order);
-            let slot = (self.next_avail & (size - 1)) as usize;
-            if let (Some(len), Some(h)) =
-                (self.chain_len.get_mut(slot), self.slot_head.get_mut(slot))
-            {
-                *len = 1;
-                if *h != id {
-                    *h = id;
-                    self.write_avail_u16(self.layout.avail_ring_entry(slot as u16), id);
-                }
-            }
-            self.next_avail = self.next_avail.wrapping_add(1);
-            self.in_flight += 1;
-            return Some(id);
+            return self.add_one_in_order(order, seg);
         }
         let k = chain.len() as u16;
         if chain.is_empty()
@@ -387,6 +375,34 @@ impl Virtqueue {
         Some(head)
     }
 
+    /// IN_ORDER, one descriptor (the usual case): in slot i it is
+    /// descriptor i while no longer chain has gone round, so after the
+    /// first round no ring slot is written.
+    #[inline(always)]
+    fn add_one_in_order(&mut self, mut order: InOrder, seg: &Segment) -> Option<u16> {
+        let size = self.layout.size;
+        if self.in_flight >= size || order.descs_out >= size {
+            return None;
+        }
+        let id = order.next_desc;
+        self.write_descriptor(id, seg);
+        order.next_desc = (id + 1) & (size - 1);
+        order.descs_out += 1;
+        self.in_order = Some(order);
+        let slot = (self.next_avail & (size - 1)) as usize;
+        if let (Some(len), Some(h)) = (self.chain_len.get_mut(slot), self.slot_head.get_mut(slot)) {
+            *len = 1;
+            if *h != id {
+                *h = id;
+                self.write_avail_u16(self.layout.avail_ring_entry(slot as u16), id);
+            }
+        }
+        self.next_avail = self.next_avail.wrapping_add(1);
+        self.in_flight += 1;
+        Some(id)
+    }
+
+    #[inline(always)]
     fn write_descriptor(&self, id: u16, seg: &Segment) {
         let off = id as usize * desc::SIZE;
         let flags = if seg.device_writes { desc::F_WRITE } else { 0 };
@@ -430,22 +446,12 @@ impl Virtqueue {
     /// Take the next buffer the device has used (§2.7.14), or `None`.
     /// used.idx is read from DMA memory only when the entries seen last
     /// time are exhausted, so a batch costs one read of it.
+    #[inline]
     pub fn pop_used(&mut self) -> Result<Option<Used>, UsedError> {
-        if self.last_used == self.seen_used {
-            let idx = self.read_u16(self.layout.used + 2);
-            let moved = idx.wrapping_sub(self.last_used);
-            if moved > self.in_flight {
-                return Err(UsedError::IndexJump {
-                    moved,
-                    in_flight: self.in_flight,
-                });
-            }
-            self.seen_used = idx;
-            if moved == 0 {
-                return Ok(None);
-            }
+        if self.last_used == self.seen_used && self.read_used_idx()? == 0 {
+            return Ok(None);
         }
-        let slot = self.last_used % self.layout.size;
+        let slot = self.last_used & (self.layout.size - 1);
         let entry = self.layout.used_ring_entry(slot);
         if let Some(mut order) = self.in_order {
             // The buffer is the one made available in this slot; the id
@@ -463,6 +469,28 @@ impl Virtqueue {
             let head = self.slot_head[slot as usize];
             return Ok(Some(Used { head, len }));
         }
+        self.pop_used_by_id(entry)
+    }
+
+    /// How many used entries the device has added since the last read
+    /// of used.idx (once per batch), checked against what it holds.
+    #[inline(never)]
+    fn read_used_idx(&mut self) -> Result<u16, UsedError> {
+        let idx = self.read_u16(self.layout.used + 2);
+        let moved = idx.wrapping_sub(self.last_used);
+        if moved > self.in_flight {
+            return Err(UsedError::IndexJump {
+                moved,
+                in_flight: self.in_flight,
+            });
+        }
+        self.seen_used = idx;
+        Ok(moved)
+    }
+
+    /// [`Self::pop_used`] without IN_ORDER: the entry names its chain.
+    #[inline(never)]
+    fn pop_used_by_id(&mut self, entry: usize) -> Result<Option<Used>, UsedError> {
         let id = self.ring.read_u32(entry);
         let len = self.ring.read_u32(entry + 4);
         self.last_used = self.last_used.wrapping_add(1);

@@ -35,8 +35,9 @@
 //! runs of foreign buffers sent home), [`batch`] (a batch, and filling
 //! one from the pool), [`rings`] (a driver ring's buffers). Beside
 //! them: `chain` (a chained frame's layout, and reading it),
-//! `chain_edit` (building and freeing chains), [`offload`] (offload
-//! state) and `caps` (what a port offloads). A method of [`Mempool`]
+//! `chain_edit` (building and freeing chains), `front` (a device
+//! header in the headroom), [`offload`] (offload state) and `caps`
+//! (what a port offloads). A method of [`Mempool`]
 //! that makes one of those lives with what it makes.
 
 mod batch;
@@ -44,6 +45,7 @@ mod cache;
 mod caps;
 mod chain;
 mod chain_edit;
+mod front;
 mod mempool;
 pub mod offload;
 mod pktbuf;

@@ -131,7 +131,7 @@ impl PktBuf {
 
     /// Start of the packet bytes, in memory.
     #[inline(always)]
-    fn data_ptr(&self) -> *mut u8 {
+    pub(super) fn data_ptr(&self) -> *mut u8 {
         let start = self.entry_start() + self.offset as usize;
         debug_assert!(start + self.len as usize <= self.pool.inner.region.len());
         // SAFETY: id < count and offset + len <= buf_size are invariants

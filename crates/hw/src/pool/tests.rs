@@ -36,6 +36,14 @@ fn resizing_past_the_buffer_is_an_error() {
     assert!(b.set_len(2048 - HEADROOM + 1).is_err());
     assert!(b.prepend(HEADROOM + 1).is_err());
     assert!(Mempool::new(&*dma, "bad", 4, 1000).is_err());
+    // The bytes in front: at most the headroom, the data start unmoved.
+    b.copy_from(&[1, 2, 3]).unwrap();
+    b.front_mut(2).unwrap().copy_from_slice(&[8, 9]);
+    assert_eq!(b.front(2), Some(&[8, 9][..]));
+    assert_eq!(b.with_front_mut(2).unwrap(), &[8, 9, 1, 2, 3]);
+    assert_eq!(b.data(), &[1, 2, 3]);
+    assert!(b.front(HEADROOM + 1).is_none() && b.with_front_mut(HEADROOM + 1).is_none());
+    assert_eq!(b.front(HEADROOM).map(<[u8]>::len), Some(HEADROOM));
 }
 
 #[test]

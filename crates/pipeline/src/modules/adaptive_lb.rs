@@ -24,14 +24,17 @@
 
 use super::flow_table::{self, FlowTable};
 use crate::args::{ArgError, Args, Value};
-use crate::module::{no_reply, Ctx, Module, MAX_GATES};
+use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
 crate::modules::declare_class!("AdaptiveLB" => build);
 
+/// Most gates an AdaptiveLB spreads over (its per-gate state is inline).
+pub const LB_GATES: usize = 64;
+
 pub struct AdaptiveLb {
     active: Vec<u16>,
-    is_active: [bool; MAX_GATES],
+    is_active: [bool; LB_GATES],
     table: FlowTable,
     idle_ns: u64,
     pub flow_points: u64,
@@ -39,8 +42,8 @@ pub struct AdaptiveLb {
     pub byte_points: u64,
     window_ns: u64,
     window_start: u64,
-    cur: [u64; MAX_GATES],
-    prev: [u64; MAX_GATES],
+    cur: [u64; LB_GATES],
+    prev: [u64; LB_GATES],
     new_flows: u64,
     moved: u64,
     expired: u64,
@@ -52,16 +55,16 @@ impl AdaptiveLb {
     pub fn new(gates: &[u16], size: usize) -> AdaptiveLb {
         let mut m = AdaptiveLb {
             active: Vec::new(),
-            is_active: [false; MAX_GATES],
-            table: FlowTable::new(size, MAX_GATES),
+            is_active: [false; LB_GATES],
+            table: FlowTable::new(size, LB_GATES),
             idle_ns: 10_000_000_000,
             flow_points: 10_000,
             packet_points: 1_000,
             byte_points: 1,
             window_ns: 1_000_000,
             window_start: 0,
-            cur: [0; MAX_GATES],
-            prev: [0; MAX_GATES],
+            cur: [0; LB_GATES],
+            prev: [0; LB_GATES],
             new_flows: 0,
             moved: 0,
             expired: 0,
@@ -72,11 +75,11 @@ impl AdaptiveLb {
     }
 
     fn set_active(&mut self, gates: &[u16]) {
-        self.is_active = [false; MAX_GATES];
+        self.is_active = [false; LB_GATES];
         for &g in gates {
             self.is_active[g as usize] = true;
         }
-        self.active = (0..MAX_GATES as u16)
+        self.active = (0..LB_GATES as u16)
             .filter(|&g| self.is_active[g as usize])
             .collect();
     }
@@ -96,9 +99,9 @@ impl AdaptiveLb {
         if elapsed < 2 * self.window_ns {
             self.prev = self.cur;
         } else {
-            self.prev = [0; MAX_GATES];
+            self.prev = [0; LB_GATES];
         }
-        self.cur = [0; MAX_GATES];
+        self.cur = [0; LB_GATES];
         self.window_start = now - elapsed % self.window_ns;
     }
 
@@ -152,7 +155,7 @@ impl Module for AdaptiveLb {
         "AdaptiveLB"
     }
     fn ogates(&self) -> usize {
-        MAX_GATES
+        LB_GATES
     }
     fn process(&mut self, ctx: &mut Ctx<'_>, _igate: usize, batch: &mut Batch) {
         let now = ctx.now_ns();
@@ -211,13 +214,13 @@ impl Module for AdaptiveLb {
 fn gates_arg(args: &mut Args) -> Result<Vec<u16>, ArgError> {
     let list = match args.take("gates") {
         None => return Ok(vec![0, 1]),
-        Some(Value::Int(n)) if (1..=MAX_GATES as u64).contains(&n) => {
+        Some(Value::Int(n)) if (1..=LB_GATES as u64).contains(&n) => {
             return Ok((0..n as u16).collect())
         }
         Some(Value::Int(n)) => {
             return Err(ArgError::new(
                 "gates",
-                format!("{n} gates: must be 1 to {MAX_GATES}"),
+                format!("{n} gates: must be 1 to {LB_GATES}"),
             ))
         }
         Some(v) => Args::from_pairs(&[("gates", v)]).u64_list("gates")?,
@@ -227,7 +230,7 @@ fn gates_arg(args: &mut Args) -> Result<Vec<u16>, ArgError> {
         return Err(ArgError::new("gates", "needs at least one gate"));
     }
     list.into_iter()
-        .map(|g| super::classify::check_gate("gates", g, MAX_GATES))
+        .map(|g| super::classify::check_gate("gates", g, LB_GATES))
         .collect()
 }
 

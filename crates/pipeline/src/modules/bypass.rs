@@ -1,4 +1,5 @@
-//! Bypass: input gate i goes out of output gate i, untouched.
+//! Bypass: input gate i goes out of output gate i, untouched. `gates=N`
+//! (default BESS's [`MAX_GATES`]) gates each way.
 
 use crate::args::{ArgError, Args};
 use crate::module::{Ctx, Module, MAX_GATES};
@@ -34,6 +35,6 @@ impl Module for Bypass {
 
 fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
     Ok(Box::new(Bypass::new(
-        args.usize_in("gates", 1, 1, MAX_GATES)?,
+        args.usize_in("gates", MAX_GATES, 1, MAX_GATES)?,
     )))
 }

@@ -1,21 +1,26 @@
-//! FlowGen (BESS): a task that makes TCP flows from a template. New
+//! FlowGen (BESS): a task that makes TCP or UDP flows from a template
+//! (its IPv4 protocol says which). New
 //! flows arrive at `flow_rate` per second (`arrival`: `uniform` = evenly
 //! spaced, `exponential` = a Poisson process); each lasts `flow_duration`
 //! seconds (`duration`: `uniform` = exactly, `pareto` = Pareto with shape
-//! 1.3 and that mean); the flows share `pps` packets per second. A flow's
-//! first packet has SYN set, its last FIN, the others ACK; its addresses
-//! and ports are the template's plus random offsets below the `*_range`
-//! arguments. The IPv4 and TCP checksums are patched per packet.
+//! 1.3 and that mean); the flows share `pps` packets per second. A TCP
+//! flow's first packet has SYN set, its last FIN, the others ACK (UDP
+//! packets are the template as it is); a flow's addresses and ports are
+//! the template's plus random offsets below the `*_range` arguments.
+//! The template's IPv4 and TCP/UDP checksums are computed once at start
+//! and patched per packet (a UDP checksum that comes out 0 is sent as
+//! 0xffff, as RFC 768 asks).
 //! Packets are made when due by the scheduler's clock; flows and events
 //! live in tables sized at start (at most `max_flows`), so nothing is
 //! allocated per packet.
 //!
-//! Arguments: `template=[bytes]` (Ethernet/IPv4/TCP, required), `pps`,
+//! Arguments: `template=[bytes]` (Ethernet/IPv4/TCP or UDP, required), `pps`,
 //! `flow_rate`, `flow_duration`, `arrival`, `duration`, `quick_rampup=0|1`,
 //! `ip_src_range`, `ip_dst_range`, `port_src_range`, `port_dst_range`,
 //! `burst=32`, `seed`. Command: `set_burst(burst=N)`.
 
 use super::classify::ip;
+use super::csum;
 use super::rng::{self, Rng};
 use crate::args::{ArgError, Args, Value};
 use crate::module::{no_reply, Ctx, Module, DEFAULT_BURST};
@@ -31,6 +36,8 @@ const PARETO_SHAPE: f64 = 1.3;
 const SYN: u8 = 0x02;
 const FIN: u8 = 0x01;
 const ACK: u8 = 0x10;
+const TCP: u8 = 6;
+const UDP: u8 = 17;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
@@ -58,6 +65,8 @@ pub struct FlowGen {
     pool: PoolCache,
     template: Vec<u8>,
     l4: usize,
+    /// The template's IPv4 protocol: 6 (TCP) or 17 (UDP).
+    proto: u8,
     pps: f64,
     flow_rate: f64,
     flow_duration: f64,
@@ -136,7 +145,7 @@ impl FlowGen {
     fn fill(&self, d: &mut [u8], f: &Flow, flags: u8) {
         let t = &self.template;
         let l4 = self.l4;
-        let (c_ip, c_tcp) = (ip::ETH_LEN + 10, l4 + 16);
+        let (c_ip, c_tcp) = (ip::ETH_LEN + 10, l4 + csum::l4_csum_at(self.proto));
         let mut s_ip = u16::from_be_bytes([d[c_ip], d[c_ip + 1]]);
         let mut s_tcp = u16::from_be_bytes([d[c_tcp], d[c_tcp + 1]]);
         for (at, new) in [(ip::IP_SRC, f.src), (ip::IP_DST, f.dst)] {
@@ -149,10 +158,14 @@ impl FlowGen {
         let new_ports = (f.sport as u32) << 16 | f.dport as u32;
         s_tcp = ip::csum_update32(s_tcp, old_ports, new_ports);
         d[l4..l4 + 4].copy_from_slice(&new_ports.to_be_bytes());
-        let old_flags = u16::from_be_bytes([t[l4 + 12], t[l4 + 13]]);
-        let new_flags = old_flags & 0xff00 | flags as u16;
-        s_tcp = ip::csum_update(s_tcp, old_flags, new_flags);
-        d[l4 + 13] = flags;
+        if self.proto == TCP {
+            let old_flags = u16::from_be_bytes([t[l4 + 12], t[l4 + 13]]);
+            let new_flags = old_flags & 0xff00 | flags as u16;
+            s_tcp = ip::csum_update(s_tcp, old_flags, new_flags);
+            d[l4 + 13] = flags;
+        } else if s_tcp == 0 {
+            s_tcp = 0xffff; // 0 would mean "no checksum" in UDP
+        }
         d[c_ip..c_ip + 2].copy_from_slice(&s_ip.to_be_bytes());
         d[c_tcp..c_tcp + 2].copy_from_slice(&s_tcp.to_be_bytes());
     }
@@ -262,6 +275,25 @@ impl Module for FlowGen {
     }
 }
 
+/// Compute the template's IPv4 header checksum, and its TCP or UDP
+/// checksum when its lengths agree with the frame, so that patching
+/// them per packet gives right ones.
+fn set_checksums(t: &mut [u8], l4: usize, proto: u8) {
+    let c_ip = ip::ETH_LEN + 10;
+    t[c_ip..c_ip + 2].fill(0);
+    let c = csum::finish(csum::sum(&t[ip::ETH_LEN..l4]));
+    t[c_ip..c_ip + 2].copy_from_slice(&c.to_be_bytes());
+    if let Some((at, len, _, pseudo)) = csum::l4(t) {
+        let c_l4 = at + csum::l4_csum_at(proto);
+        t[c_l4..c_l4 + 2].fill(0);
+        let mut c = csum::finish(pseudo + csum::sum(&t[at..at + len]));
+        if proto == UDP && c == 0 {
+            c = 0xffff;
+        }
+        t[c_l4..c_l4 + 2].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
 fn positive(args: &mut Args, name: &str, default: f64) -> Result<f64, ArgError> {
     let v = args.f64(name)?.unwrap_or(default);
     if !(v.is_finite() && v > 0.0) {
@@ -271,18 +303,20 @@ fn positive(args: &mut Args, name: &str, default: f64) -> Result<f64, ArgError> 
 }
 
 fn build(args: &mut Args, env: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
-    let template = args
+    let mut template = args
         .bytes("template")?
         .ok_or_else(|| ArgError::new("template", "is required"))?;
-    let l4 = match ip::header(&template) {
-        Some((ihl, 6)) if template.len() >= ip::ETH_LEN + ihl + 20 => ip::ETH_LEN + ihl,
+    let (l4, proto) = match ip::header(&template) {
+        Some((ihl, TCP)) if template.len() >= ip::ETH_LEN + ihl + 20 => (ip::ETH_LEN + ihl, TCP),
+        Some((ihl, UDP)) if template.len() >= ip::ETH_LEN + ihl + 8 => (ip::ETH_LEN + ihl, UDP),
         _ => {
             return Err(ArgError::new(
                 "template",
-                "is not an Ethernet/IPv4/TCP frame",
+                "is not an Ethernet/IPv4/TCP or UDP frame",
             ))
         }
     };
+    set_checksums(&mut template, l4, proto);
     if template.len() > env.pool.data_room() {
         return Err(ArgError::new("template", "longer than a packet buffer"));
     }
@@ -337,6 +371,7 @@ fn build(args: &mut Args, env: &crate::registry::BuildEnv) -> Result<Box<dyn Mod
         pool: env.pool.cache(2 * nfkit_hw::pool::MAX_BATCH),
         template,
         l4,
+        proto,
         pps,
         flow_rate,
         flow_duration,

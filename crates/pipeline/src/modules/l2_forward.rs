@@ -6,7 +6,7 @@
 //! Looking up allocates nothing.
 //!
 //! Arguments: `size=N` (power of two, default 1024, at most 16,777,216),
-//! `bucket=N` (1, 2, 4 or 8; default 4), `gates=N` (default 64).
+//! `bucket=N` (1, 2, 4 or 8; default 4), `gates=N` (default 8,192, BESS's).
 //! Commands: `add(entries=[(addr="02:00:00:00:00:01", gate=1), ...])`,
 //! `delete(addrs=[...])`, `set_default_gate(gate=G)`,
 //! `lookup(addrs=[...])` (answers `(gates=[...])`), `populate(base=MAC,

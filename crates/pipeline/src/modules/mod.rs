@@ -14,10 +14,10 @@
 //! | `Queue` | 1/1, task | `size=1024`, `burst=32` | lock-free ring; its task may run on another worker |
 //! | `Source` | 0/1, task | `size=60`, `burst=32`, `template=[bytes]` or `"text"` | make packets from the pipeline's pool |
 //! | `Sink` | 1/0 | | free packets (counted as consumed) |
-//! | `Bypass` | n/n | `gates=1` | input gate i to output gate i |
-//! | `Merge` | 64/1 | | every input to output 0 |
+//! | `Bypass` | n/n | `gates=8192` | input gate i to output gate i |
+//! | `Merge` | 8192/1 | | every input to output 0 |
 //! | `Split` | 1/n | `attribute=NAME` or `offset=N`, `size=1` (1..8), `gates=2` | gate = attribute value, or big-endian packet field |
-//! | `RoundRobin` | 1/n | `gates=2`, `mode=packet\|batch` | spread in turn |
+//! | `RoundRobin` | 1/n | `gates=2` or `[0, 2]`, `mode=packet\|batch`; `set_mode`, `set_gates` | spread in turn |
 //! | `Replicate` | 1/n | `gates=2` | original to gate 0, copies to the rest |
 //! | `RandomSplit` | 1/n | `gates=[0]`, `drop_rate=0.0`, `seed` | random gate from the list, or drop |
 //! | `HashLB` | 1/n | `gates=2`, `fields=l4` (`l2`, `l3`, `l4`) | flow hash over MACs / IPs / IPs+proto+ports |
@@ -28,11 +28,11 @@
 //! | `Measure` | 1/1 | `offset=N` (else the `timestamp` attribute) | latency histogram (hdrhistogram): count, min, mean, p50, p99, p999, max |
 //! | `Dump` | 1/1 | `limit=16`, `snap=64`, `file=PATH` (else stderr) | print the first packets in hex |
 //! | `PcapCapture` | 1/1 | `file=PATH` | write packets to a pcap file |
-//! | `ExactMatch` | 1/n | `fields=[(offset=N\|attr_name=S, num_bytes=N)]`, `masks`, `size=1M`, `gates=64` | exact match on key fields; commands `add`, `delete`, `clear`, `set_default_gate` |
-//! | `WildcardMatch` | 1/n | `fields=[...]`, `size=1M`, `gates=64` | highest-priority masked match; same commands |
+//! | `ExactMatch` | 1/n | `fields=[(offset=N\|attr_name=S, num_bytes=N)]`, `masks`, `size=1M`, `gates=8192` | exact match on key fields; commands `add`, `delete`, `clear`, `set_default_gate` |
+//! | `WildcardMatch` | 1/n | `fields=[...]`, `size=1M`, `gates=8192` | highest-priority masked match; same commands |
 //! | `ACL` | n/n | `rules=[(src_ip=, dst_ip=, src_port=, dst_port=, drop=)]`, `max_rules=4096` | first matching rule forwards (same gate) or drops; commands `add`, `delete`, `clear` |
-//! | `IPLookup` | 1/n | `max_rules=1024`, `max_tbl8s=128`, `gates=64` | longest-prefix match of the IPv4 destination (DIR-24-8); commands `add`, `delete`, `clear` |
-//! | `L2Forward` | 1/n | `size=1024`, `bucket=4`, `gates=64` | destination MAC table; commands `add`, `delete`, `set_default_gate`, `lookup`, `populate` |
+//! | `IPLookup` | 1/n | `max_rules=1024`, `max_tbl8s=128`, `gates=8192` | longest-prefix match of the IPv4 destination (DIR-24-8); commands `add`, `delete`, `clear` |
+//! | `L2Forward` | 1/n | `size=1024`, `bucket=4`, `gates=8192` | destination MAC table; commands `add`, `delete`, `set_default_gate`, `lookup`, `populate` |
 //! | `BPF` | 1/n | `filters=[(filter="tcp port 80", priority=P, gate=G)]`, `max_filters=64` | tcpdump filters (libpcap-compiled, run by nfkit's interpreter), highest priority first, else gate 0; commands `add`, `delete`, `clear` |
 //! | `NF` | n/n | `name=nat\|bridge\|lb\|policer\|firewall\|router`, the NF's options (`ext_ip="..."`) | an `nfkit-nf` network function; gate k = NF port k |
 //!

@@ -3,9 +3,12 @@
 //! `next_eth_type` (default 0x0800), out of gate 0; with
 //! `remove_eth_header=1` the Ethernet header goes too. Frames that are
 //! not MPLS leave by gate 1 untouched; truncated MPLS frames are dropped.
+//! Command (BESS's, argument `MplsPopArg`): `set(remove_eth_header=,
+//! next_eth_type=)` sets both; one left out takes its default above (a
+//! BESS message cannot tell a zero from a field left out).
 
-use crate::args::{ArgError, Args};
-use crate::module::{Ctx, Module};
+use crate::args::{ArgError, Args, Value};
+use crate::module::{no_reply, Ctx, Module};
 use nfkit_hw::Batch;
 
 crate::modules::declare_class!("MPLSPop" => build);
@@ -43,11 +46,26 @@ impl Module for MplsPop {
             ctx.emit(0, p);
         }
     }
+    fn command(&mut self, cmd: &str, args: &mut Args) -> Result<Value, ArgError> {
+        if cmd != "set" {
+            return Err(ArgError::general(format!(
+                "MPLSPop has no command `{cmd}` (it has set)"
+            )));
+        }
+        let m = settings(args)?;
+        args.finish(cmd)?;
+        *self = m;
+        Ok(no_reply())
+    }
 }
 
-fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+fn settings(args: &mut Args) -> Result<MplsPop, ArgError> {
     let remove_eth = args.bool_or("remove_eth_header", false)?;
     let t = args.u64_or("next_eth_type", 0x0800)?;
     let next_type = u16::try_from(t).map_err(|_| ArgError::new("next_eth_type", format!("{t:#x} is not an EtherType")))?;
-    Ok(Box::new(MplsPop { remove_eth, next_type }))
+    Ok(MplsPop { remove_eth, next_type })
+}
+
+fn build(args: &mut Args, _: &crate::registry::BuildEnv) -> Result<Box<dyn Module>, ArgError> {
+    Ok(Box::new(settings(args)?))
 }

@@ -23,7 +23,7 @@
 //! (virtqueue 2*k*+1) is this port's receive queue *k*, and its
 //! receiveq *k* (2*k*) is our transmit queue *k*.
 
-use super::device::{DeviceQueue, Moved};
+use super::device::{self, DeviceQueue, Moved};
 use super::memory::{FrontendMemory, RegionDesc};
 use super::shared_ring::RingAddrs;
 use crate::error::VirtioError;
@@ -910,10 +910,12 @@ impl Port for VhostUserBackend {
             return 0;
         };
         let room = self.pool.data_room();
-        // With offloads the header is read too, in front of the packet
-        // (in the buffer's headroom; one copy for both).
+        // With offloads the header is read too, into the buffer's
+        // headroom in front of the packet (one copy for both; the data
+        // start does not move). Decided per batch, not per packet.
         let reads_hdr = offloads.recv_csum || offloads.recv_gso;
         let keep = if reads_hdr { hdr_len } else { 0 };
+        let max = vnet::MAX_FRAME + keep;
         let mut got = 0;
         q.prefetch(batch.room());
         while !batch.is_full() && q.pending() > 0 {
@@ -924,11 +926,8 @@ impl Port for VhostUserBackend {
             // Cannot fail: the data room is the buffer's length limit,
             // and the headroom is larger than any header.
             let _ = buf.set_len(room);
-            if keep > 0 {
-                let _ = buf.prepend(keep);
-            }
-            let max = vnet::MAX_FRAME + keep;
-            match q.pop_tx(hdr_len, keep > 0, buf.data_mut(), spill, max) {
+            let out = buf.with_front_mut(keep).unwrap_or_default();
+            match q.pop_tx(hdr_len, keep > 0, out, spill, max) {
                 Moved::Packet(n) if n < keep => {
                     cache.free(buf);
                     drops.count(DropReason::ShortHeader, &self.name);
@@ -936,19 +935,14 @@ impl Port for VhostUserBackend {
                 }
                 Moved::Packet(n) => {
                     let pkt = if n <= room + keep {
-                        let _ = buf.set_len(n);
-                        if keep > 0 {
-                            let mut hdr = [0u8; 12];
-                            let h = keep.min(12);
-                            hdr[..h].copy_from_slice(&buf.data()[..h]);
-                            let _ = buf.adj(keep);
-                            let asks = hdr[0] | hdr[1] != 0;
-                            let taken = if asks {
-                                vnet::take_header(&hdr, &mut buf, &offloads, spill)
-                            } else {
-                                Ok(())
-                            };
-                            if let Err(r) = taken {
+                        let _ = buf.set_len(n - keep);
+                        // A header that asks nothing (flags and
+                        // gso_type 0) is not looked at again.
+                        let asks = buf
+                            .front(keep)
+                            .is_some_and(|h| h.len() >= 2 && h[0] | h[1] != 0);
+                        if asks {
+                            if let Err(r) = take_front_header(&mut buf, keep, &offloads, spill) {
                                 cache.free(buf);
                                 drops.count(r, &self.name);
                                 stats.rx_errors += 1;
@@ -1038,6 +1032,11 @@ impl Port for VhostUserBackend {
                     Ok(m) => m,
                     Err(r) => Moved::Bad(r),
                 }
+            } else if let Some(frame) = pkt.with_front_mut(hdr_len) {
+                // The header goes into our buffer's headroom, in front of
+                // the packet: one copy of both into the frontend's buffer.
+                device::put_rx_header(frame, hdr_len);
+                q.push_rx_framed(hdr_len, frame, mergeable)
             } else {
                 q.push_rx(hdr_len, pkt.data(), mergeable)
             };
@@ -1156,6 +1155,24 @@ impl Port for VhostUserBackend {
 /// A received frame longer than one buffer (all of it in `frame`) as a
 /// chain, its header read first (a partial checksum completed over the
 /// whole frame).
+/// The `keep`-byte header in front of a received packet (in its
+/// headroom), when it asks something: its offload fields as the
+/// packet's offload state.
+#[inline(never)]
+fn take_front_header(
+    buf: &mut nfkit_hw::PktBuf,
+    keep: usize,
+    offloads: &Offloads,
+    spill: &mut Vec<u8>,
+) -> Result<(), DropReason> {
+    let mut hdr = [0u8; 12];
+    if let Some(h) = buf.front(keep) {
+        let n = h.len().min(12);
+        hdr[..n].copy_from_slice(&h[..n]);
+    }
+    vnet::take_header(&hdr, buf, offloads, spill)
+}
+
 fn chain_from(
     pool: &Mempool,
     hdr: Option<&[u8; 12]>,

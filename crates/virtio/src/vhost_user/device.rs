@@ -43,12 +43,28 @@ pub enum Moved {
 /// `num_buffers` = 1 when the header has that field (12 bytes: VERSION_1
 /// or MRG_RXBUF). A constant: copying it loads nothing just stored.
 pub fn rx_header(hdr_len: usize) -> &'static [u8] {
-    static MODERN: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0];
     static LEGACY: [u8; 10] = [0; 10];
-    if hdr_len == MODERN.len() {
-        &MODERN
+    if hdr_len == MODERN_RX_HEADER.len() {
+        &MODERN_RX_HEADER
     } else {
         &LEGACY[..hdr_len.min(LEGACY.len())]
+    }
+}
+
+/// The 12-byte [`rx_header`].
+const MODERN_RX_HEADER: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0];
+
+/// Write [`rx_header`] over the first `hdr_len` bytes of `frame`: the
+/// usual 12 bytes as two word stores, not a copy of `hdr_len` bytes.
+#[inline(always)]
+pub fn put_rx_header(frame: &mut [u8], hdr_len: usize) {
+    match frame.first_chunk_mut::<12>() {
+        Some(h) if hdr_len == 12 => *h = MODERN_RX_HEADER,
+        _ => {
+            let h = rx_header(hdr_len);
+            let n = h.len().min(frame.len());
+            frame[..n].copy_from_slice(&h[..n]);
+        }
     }
 }
 
@@ -179,22 +195,30 @@ impl DeviceQueue {
     /// `avail.idx` only when those seen last time are used up.
     #[inline]
     pub fn pending(&mut self) -> u16 {
-        if self.next_avail == self.seen_avail && self.fault.is_none() {
-            let idx = self.ring.avail_idx();
-            let moved = idx.wrapping_sub(self.next_avail);
-            if moved > self.ring.size() {
-                self.fault = Some(RingFault::AvailJump {
-                    moved,
-                    size: self.ring.size(),
-                });
-                return 0;
-            }
-            self.seen_avail = idx;
+        match self.seen_avail.wrapping_sub(self.next_avail) {
+            0 => self.read_avail_idx(),
+            left => left,
         }
+    }
+
+    /// Chains newly made available, from a read of `avail.idx` (once per
+    /// batch); 0 once the queue has stopped.
+    #[inline(never)]
+    fn read_avail_idx(&mut self) -> u16 {
         if self.fault.is_some() {
             return 0;
         }
-        self.seen_avail.wrapping_sub(self.next_avail)
+        let idx = self.ring.avail_idx();
+        let moved = idx.wrapping_sub(self.next_avail);
+        if moved > self.ring.size() {
+            self.fault = Some(RingFault::AvailJump {
+                moved,
+                size: self.ring.size(),
+            });
+            return 0;
+        }
+        self.seen_avail = idx;
+        moved
     }
 
     /// Start loading what the next `n` chains need for reading (their
@@ -265,6 +289,28 @@ impl DeviceQueue {
             return Moved::Bad(DropReason::BadIndex); // no such chain to give back
         }
         let skip = if keep_hdr { 0 } else { hdr_len };
+        // The usual chain: one readable buffer holding header and packet,
+        // which fit `out`; read in one copy, with the same checks the
+        // walk makes (the walk handles everything else, bad input too).
+        if let Some(d) = self.ring.descriptor(head) {
+            let len = d.len as usize;
+            if d.flags & (desc::F_NEXT | desc::F_WRITE | desc::F_INDIRECT) == 0
+                && len >= hdr_len
+                && len - skip <= out.len()
+                && len - skip <= max
+            {
+                let ok = match (d.addr.checked_add(skip as u64), out.get_mut(..len - skip)) {
+                    (Some(at), Some(o)) => self.ring.memory().read(&mut self.hint, at, o).is_ok(),
+                    _ => false,
+                };
+                self.give_back(head, 0);
+                return if ok {
+                    Moved::Packet(len - skip)
+                } else {
+                    Moved::Bad(DropReason::Outside)
+                };
+            }
+        }
         let got = self.read_chain(head, skip, hdr_len, out, spill, max);
         self.give_back(head, 0);
         match got {
@@ -369,6 +415,37 @@ impl DeviceQueue {
             }
         }
         self.push_slow(head, hdr_len, &[hdr, pkt], mergeable)
+    }
+
+    /// [`Self::push_rx`] of a frame whose `hdr_len`-byte header is
+    /// already in front of it (as [`put_rx_header`] writes it): one copy
+    /// into the usual one-buffer chain.
+    #[inline]
+    pub fn push_rx_framed(&mut self, hdr_len: usize, frame: &[u8], mergeable: bool) -> Moved {
+        let Some(head) = self.take_head() else {
+            return Moved::Empty;
+        };
+        if head >= self.ring.size() {
+            return Moved::Bad(DropReason::BadIndex);
+        }
+        if let Some(d) = self.ring.descriptor(head) {
+            if d.flags & (desc::F_WRITE | desc::F_INDIRECT) == desc::F_WRITE
+                && d.len as usize >= frame.len()
+            {
+                if self
+                    .ring
+                    .memory()
+                    .write(&mut self.hint, d.addr, frame)
+                    .is_err()
+                {
+                    self.give_back(head, 0);
+                    return Moved::Bad(DropReason::Outside);
+                }
+                self.give_back(head, frame.len() as u32);
+                return Moved::Packet(frame.len().saturating_sub(hdr_len));
+            }
+        }
+        self.push_slow(head, hdr_len, &[frame], mergeable)
     }
 
     /// Write a frame given as slices (its `hdr_len`-byte header first,
