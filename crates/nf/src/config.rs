@@ -66,6 +66,8 @@ pub enum ConfigError {
     EmptyBackends,
     #[error("{given} static backends do not fit in the backend capacity of {capacity}")]
     TooManyBackends { given: usize, capacity: usize },
+    #[error("a NAT takes 1 to 64 external addresses, not {0}")]
+    ExternalAddresses(usize),
     #[error("unknown network function `{name}` (known: {known})")]
     UnknownNf { name: String, known: &'static str },
     #[error("router: {0}")]

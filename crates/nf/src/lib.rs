@@ -60,7 +60,7 @@ pub use bridge::{Bridge, BridgeConfig, MacEntry, StaticEntry};
 pub use config::{ConfigError, Ipv4Prefix, PortRange};
 pub use firewall::{Firewall, FirewallConfig};
 pub use lb::{Backend, BackendSpec, BackendsFull, LbConfig, LoadBalancer};
-pub use nat::{Filtering, Mapping, Nat, NatConfig, NatTimeouts};
+pub use nat::{ExternalAddr, Filtering, Mapping, Nat, NatConfig, NatTimeouts, MAX_EXTERNAL};
 pub use policer::{Policer, PolicerConfig};
 pub use registry::{build, build_for_ports, nf_list, BoxedNf, NFS};
 pub use router::{Iface, Neighbor, Route, Router, RouterConfig};

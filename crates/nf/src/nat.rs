@@ -3,13 +3,26 @@
 //! test named by its ID in `crates/nf/tests/nat_rfc.rs`.
 //!
 //! - Outbound (LAN → WAN) TCP, UDP and ICMP echo get the source rewritten
-//!   to the external IP and a port (ICMP: identifier) from the configured
-//!   range. The mapping is keyed by the internal (protocol, address, port)
-//!   only, so every destination sees the same external port
+//!   to an external IP and a port (ICMP: identifier) from its ranges. The
+//!   mapping is keyed by the internal (protocol, address, port) only, so
+//!   every destination sees the same external endpoint
 //!   (endpoint-independent mapping: 4787 REQ-1, 5382 REQ-1). No external
-//!   port is ever shared by two internal endpoints (no port overloading:
-//!   4787 REQ-3, 5382 REQ-8). The external port keeps the internal port's
-//!   parity while the range has ports of that parity (4787 REQ-4).
+//!   (address, port) is ever shared by two internal endpoints (no port
+//!   overloading: 4787 REQ-3, 5382 REQ-8). The external port keeps the
+//!   internal port's parity while the range has ports of that parity
+//!   (4787 REQ-4).
+//! - Sizing: at most `--capacity` mappings (65,536) in all, and per
+//!   protocol at most the external ports: `--ports` (1024-65535, 64,512
+//!   ports) on each of the `--ext-ip` addresses (up to 64). An internal
+//!   address maps to one external address, chosen by a hash (paired
+//!   pooling, 4787 REQ-2), while that address has ports left; then to the
+//!   next address that has. So 65,536 endpoints of one host need two
+//!   addresses. A new flow that finds the table full is dropped as
+//!   `table_full`, one that finds no port as `ports_exhausted`; live
+//!   mappings go on. The work per packet does not grow with the flows:
+//!   hash lookups in tables at most half full, ports taken from free
+//!   lists, expiry from the heads of LRU lists (and a look through the
+//!   external addresses for the destination of WAN packets).
 //! - Filtering (4787 REQ-8, 5382 REQ-3; RFC choice): `--filtering
 //!   endpoint` (the default, "application transparency"): any remote host
 //!   may use a live mapping; `address`: only hosts the mapping has sent
@@ -165,8 +178,20 @@ impl NatTimeouts {
     }
 }
 
-/// NAT configuration. CLI options: `--ext-ip A` (required), `--lan N`
-/// (0), `--wan N` (1), `--ports LO-HI` (1024-65535), `--filtering
+/// One external address and the ports its mappings may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalAddr {
+    pub ip: Ipv4Addr,
+    /// Port ranges (ICMP: identifiers); empty: [`NatConfig::ports`].
+    pub ports: Vec<PortRange>,
+}
+
+/// At most this many external addresses.
+pub const MAX_EXTERNAL: usize = 64;
+
+/// NAT configuration. CLI options: `--ext-ip A[,B...]` (required, 1 to
+/// 64 addresses), `--lan N` (0), `--wan N` (1), `--ports LO-HI`
+/// (1024-65535, on every address), `--filtering
 /// endpoint|address|address-port` (endpoint), `--udp-timeout D` (300s),
 /// `--tcp-established-timeout D` (7440s), `--tcp-transitory-timeout D`
 /// (240s), `--icmp-timeout D` (60s), `--expire D` (all four),
@@ -177,7 +202,9 @@ impl NatTimeouts {
 pub struct NatConfig {
     pub lan: PortId,
     pub wan: PortId,
-    pub external_ip: Ipv4Addr,
+    /// The external addresses, each with its ports.
+    pub external: Vec<ExternalAddr>,
+    /// The ports of an address whose own list is empty.
     pub ports: PortRange,
     pub filtering: Filtering,
     pub timeouts: NatTimeouts,
@@ -197,7 +224,10 @@ impl NatConfig {
         NatConfig {
             lan: 0,
             wan: 1,
-            external_ip,
+            external: vec![ExternalAddr {
+                ip: external_ip,
+                ports: Vec::new(),
+            }],
             ports: PortRange {
                 lo: 1024,
                 hi: 65535,
@@ -220,7 +250,7 @@ impl NatConfig {
         for_each_option(args, |k, v| {
             let t = &mut c.timeouts;
             match k {
-                "ext-ip" => ext = Some(config::ip(k, v)?),
+                "ext-ip" => ext = Some(external_list(k, v)?),
                 "lan" => c.lan = config::count(k, v)?,
                 "wan" => c.wan = config::count(k, v)?,
                 "ports" => c.ports = v.parse()?,
@@ -244,7 +274,7 @@ impl NatConfig {
             }
             Ok(())
         })?;
-        c.external_ip = ext.ok_or(ConfigError::Required("--ext-ip"))?;
+        c.external = ext.ok_or(ConfigError::Required("--ext-ip"))?;
         c.validate()?;
         Ok(c)
     }
@@ -264,8 +294,62 @@ impl NatConfig {
             }
         }
         PortRange::new(self.ports.lo, self.ports.hi)?;
+        if self.external.is_empty() || self.external.len() > MAX_EXTERNAL {
+            return Err(ConfigError::ExternalAddresses(self.external.len()));
+        }
+        for (i, a) in self.external.iter().enumerate() {
+            if self.external[..i].iter().any(|b| b.ip == a.ip) {
+                return Err(ConfigError::bad("ext-ip", &a.ip.to_string(), "given once"));
+            }
+            for r in &a.ports {
+                PortRange::new(r.lo, r.hi)?;
+            }
+        }
         Ok(())
     }
+
+    /// The first external address.
+    pub fn external_ip(&self) -> Ipv4Addr {
+        self.external
+            .first()
+            .map_or(Ipv4Addr::UNSPECIFIED, |a| a.ip)
+    }
+
+    /// The ports of address `i`, each once, ascending.
+    fn ports_of(&self, i: usize) -> Vec<u16> {
+        let a = &self.external[i];
+        let ranges = if a.ports.is_empty() {
+            std::slice::from_ref(&self.ports)
+        } else {
+            &a.ports[..]
+        };
+        let mut used = vec![false; 1 << 16];
+        for r in ranges {
+            for p in r.lo..=r.hi {
+                used[usize::from(p)] = true;
+            }
+        }
+        (1..=u16::MAX).filter(|&p| used[usize::from(p)]).collect()
+    }
+
+    /// How many mappings of one protocol the external ports allow.
+    pub fn port_space(&self) -> usize {
+        (0..self.external.len())
+            .map(|i| self.ports_of(i).len())
+            .sum()
+    }
+}
+
+/// `--ext-ip A[,B...]`: the addresses, with the `--ports` range.
+fn external_list(k: &str, v: &str) -> Result<Vec<ExternalAddr>, ConfigError> {
+    v.split(',')
+        .map(|a| {
+            Ok(ExternalAddr {
+                ip: config::ip(k, a.trim())?,
+                ports: Vec::new(),
+            })
+        })
+        .collect()
 }
 
 impl FromStr for NatConfig {
@@ -346,6 +430,7 @@ pub struct Mapping {
     pub protocol: u8,
     pub internal_ip: Ipv4Addr,
     pub internal_port: u16,
+    pub external_ip: Ipv4Addr,
     pub external_port: u16,
 }
 
@@ -355,6 +440,7 @@ impl Default for Mapping {
             protocol: 0,
             internal_ip: Ipv4Addr::UNSPECIFIED,
             internal_port: 0,
+            external_ip: Ipv4Addr::UNSPECIFIED,
             external_port: 0,
         }
     }
@@ -364,6 +450,8 @@ impl Default for Mapping {
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {
     m: Mapping,
+    /// Index of `m.external_ip` among the external addresses.
+    ext: u8,
     generation: u32,
     /// TCP: packets seen outbound / inbound since the last outbound SYN.
     seen_out: bool,
@@ -381,31 +469,55 @@ const LIST_TCP_TRANSITORY: u8 = 1;
 const LIST_TCP_ESTABLISHED: u8 = 2;
 const LIST_ICMP: u8 = 3;
 
-/// Free external ports of one protocol, by parity, reused oldest-freed first.
+/// Free external ports of one protocol: per external address, by
+/// parity, reused oldest-freed first.
 struct PortPool {
-    free: [VecDeque<u16>; 2],
+    free: Vec<[VecDeque<u16>; 2]>,
+    /// Bit `i`: address `i` has a free port.
+    left: u64,
 }
 
 impl PortPool {
-    fn new(r: PortRange) -> PortPool {
-        PortPool {
-            free: [
-                (r.lo..=r.hi).filter(|p| p % 2 == 0).collect(),
-                (r.lo..=r.hi).filter(|p| p % 2 == 1).collect(),
-            ],
+    fn new(ports: &[Vec<u16>]) -> PortPool {
+        let mut pool = PortPool {
+            free: Vec::with_capacity(ports.len()),
+            left: 0,
+        };
+        for (i, p) in ports.iter().enumerate() {
+            pool.free.push([
+                p.iter().copied().filter(|p| p % 2 == 0).collect(),
+                p.iter().copied().filter(|p| p % 2 == 1).collect(),
+            ]);
+            if !p.is_empty() {
+                pool.left |= 1 << i;
+            }
         }
+        pool
     }
 
-    /// A port of `parity`'s parity if any is left, else of the other.
-    fn take(&mut self, parity: u16) -> Option<u16> {
+    /// A port of address `addr` (if it has none left, of the lowest
+    /// address that has one) of `parity`'s parity if any is left, else of
+    /// the other; with the address it belongs to. O(1).
+    fn take(&mut self, addr: usize, parity: u16) -> Option<(usize, u16)> {
+        let a = if self.left & 1 << addr != 0 {
+            addr
+        } else if self.left != 0 {
+            self.left.trailing_zeros() as usize
+        } else {
+            return None;
+        };
+        let free = &mut self.free[a];
         let p = usize::from(parity % 2);
-        self.free[p]
-            .pop_front()
-            .or_else(|| self.free[1 - p].pop_front())
+        let port = free[p].pop_front().or_else(|| free[1 - p].pop_front())?;
+        if free[0].is_empty() && free[1].is_empty() {
+            self.left &= !(1 << a);
+        }
+        Some((a, port))
     }
 
-    fn give(&mut self, port: u16) {
-        self.free[usize::from(port % 2)].push_back(port);
+    fn give(&mut self, addr: usize, port: u16) {
+        self.free[addr][usize::from(port % 2)].push_back(port);
+        self.left |= 1 << addr;
     }
 }
 
@@ -422,6 +534,9 @@ pub struct Nat {
     fragments: Box<FlowTable<FragKey, u32>>,
     /// TCP, UDP, ICMP.
     pools: Box<[PortPool; 3]>,
+    /// The external addresses, as in the configuration.
+    ext_ips: Vec<u32>,
+    seed: u64,
     timeouts: [u64; LISTS],
     generation: u32,
     stats: NfStats,
@@ -457,11 +572,14 @@ impl Nat {
         } else {
             cfg.capacity
         };
+        let ports: Vec<Vec<u16>> = (0..cfg.external.len()).map(|i| cfg.ports_of(i)).collect();
+        let port_bytes = 3 * 2 * ports.iter().map(Vec::len).sum::<usize>();
         config::check_memory(
             "NAT",
             Slots::<Entry>::bytes_for(cfg.capacity)
                 .saturating_add(KeyIndex::<Endpoint>::bytes_for(cfg.capacity).saturating_mul(2))
-                .saturating_add(FlowTable::<Session, ()>::bytes_for(sessions)),
+                .saturating_add(FlowTable::<Session, ()>::bytes_for(sessions))
+                .saturating_add(port_bytes),
         )?;
         Ok(Nat {
             mappings: Slots::with_lists(cfg.capacity, LISTS),
@@ -478,10 +596,12 @@ impl Nat {
                 seed ^ 0x3c3c,
             )),
             pools: Box::new([
-                PortPool::new(cfg.ports),
-                PortPool::new(cfg.ports),
-                PortPool::new(cfg.ports),
+                PortPool::new(&ports),
+                PortPool::new(&ports),
+                PortPool::new(&ports),
             ]),
+            ext_ips: cfg.external.iter().map(|a| u32::from(a.ip)).collect(),
+            seed,
             timeouts: cfg.timeouts.by_list(),
             generation: 0,
             cfg,
@@ -514,18 +634,18 @@ impl Nat {
     }
 
     fn remove(&mut self, id: SlotId) {
-        let m = self.mappings.get(id).m;
+        let Entry { m, ext, .. } = *self.mappings.get(id);
         self.by_internal.remove(&Endpoint {
             ip: u32::from(m.internal_ip),
             port: m.internal_port,
             protocol: m.protocol,
         });
         self.by_external.remove(&Endpoint {
-            ip: 0,
+            ip: u32::from(m.external_ip),
             port: m.external_port,
             protocol: m.protocol,
         });
-        self.pools[pool_index(m.protocol)].give(m.external_port);
+        self.pools[pool_index(m.protocol)].give(usize::from(ext), m.external_port);
         self.mappings.free(id);
     }
 
@@ -541,6 +661,7 @@ impl Nat {
                     // A new connection from the internal endpoint.
                     *e = Entry {
                         m: e.m,
+                        ext: e.ext,
                         generation: e.generation,
                         ..Entry::default()
                     };
@@ -591,17 +712,26 @@ impl Nat {
         if self.mappings.is_full() {
             return Err(DropReason::TableFull);
         }
-        let ext_port = self.pools[pool_index(e.protocol)]
-            .take(e.port)
+        // Paired pooling (RFC 4787 REQ-2): an internal address maps to
+        // one external address while that address has ports left.
+        let paired = match self.ext_ips.len() {
+            1 => 0,
+            n => (nfkit_packet::mix(u64::from(e.ip) ^ self.seed) % n as u64) as usize,
+        };
+        let (ext, ext_port) = self.pools[pool_index(e.protocol)]
+            .take(paired, e.port)
             .ok_or(DropReason::PortsExhausted)?;
+        let ext_ip = self.ext_ips[ext];
         self.generation = self.generation.wrapping_add(1);
         let entry = Entry {
             m: Mapping {
                 protocol: e.protocol,
                 internal_ip: Ipv4Addr::from(e.ip),
                 internal_port: e.port,
+                external_ip: Ipv4Addr::from(ext_ip),
                 external_port: ext_port,
             },
+            ext: ext as u8,
             generation: self.generation,
             ..Entry::default()
         };
@@ -611,13 +741,13 @@ impl Nat {
             _ => LIST_ICMP,
         };
         let Some(id) = self.mappings.alloc_on(list, entry, now) else {
-            self.pools[pool_index(e.protocol)].give(ext_port);
+            self.pools[pool_index(e.protocol)].give(ext, ext_port);
             return Err(DropReason::TableFull);
         };
         self.by_internal.insert(e, id);
         self.by_external.insert(
             Endpoint {
-                ip: 0,
+                ip: ext_ip,
                 port: ext_port,
                 protocol: e.protocol,
             },
@@ -627,12 +757,9 @@ impl Nat {
         Ok(id)
     }
 
-    fn by_external_port(&self, protocol: u8, ext_port: u16) -> Option<SlotId> {
-        self.by_external.get(&Endpoint {
-            ip: 0,
-            port: ext_port,
-            protocol,
-        })
+    /// Is `ip` one of the external addresses?
+    fn is_external(&self, ip: u32) -> bool {
+        self.ext_ips.contains(&ip)
     }
 
     /// Remember that mapping `id` sent to the remote (ip, port).
@@ -671,11 +798,12 @@ impl Nat {
     /// Translate a LAN packet; true if it is to the external IP (hairpin).
     fn outbound(&mut self, f: &mut [u8], now: u64) -> Result<bool, DropReason> {
         let l = parse(f)?;
-        let hairpin = f[l.l3 + 16..l.l3 + 20] == self.cfg.external_ip.octets();
+        let hairpin = self.is_external(read32(f, l.l3 + 16));
         if l.fragment == Fragment::Later {
             let k = frag_key(f, &l, false);
-            self.fragments.get(&k).ok_or(DropReason::Fragment)?;
-            set_outer_ip(f, &l, End::Src, self.cfg.external_ip);
+            let id = self.fragments.get(&k).ok_or(DropReason::Fragment)?;
+            let ext = Ipv4Addr::from(*self.fragments.value(id));
+            set_outer_ip(f, &l, End::Src, ext);
         } else {
             match classify(f, &l, true)? {
                 Lookup::Direct(e) => {
@@ -686,11 +814,15 @@ impl Nat {
                     let m = self.mappings.get(id).m;
                     if l.fragment == Fragment::First {
                         let k = frag_key(f, &l, false);
-                        if self.fragments.insert(k, 0, now).is_err() {
+                        if self
+                            .fragments
+                            .insert(k, u32::from(m.external_ip), now)
+                            .is_err()
+                        {
                             self.stats.learn_failed += 1;
                         }
                     }
-                    rewrite_end(f, &l, End::Src, self.cfg.external_ip, m.external_port);
+                    rewrite_end(f, &l, End::Src, m.external_ip, m.external_port);
                 }
                 Lookup::Quoted(e) => {
                     // The quoted datagram went LAN-ward: its destination is
@@ -698,8 +830,8 @@ impl Nat {
                     let id = self.by_internal.get(&e).ok_or(DropReason::NoMapping)?;
                     let m = self.mappings.get(id).m;
                     let q = parse_quoted(f, &l).ok_or(DropReason::Malformed)?;
-                    rewrite_quoted(f, &l, &q, End::Dst, self.cfg.external_ip, m.external_port);
-                    set_outer_ip(f, &l, End::Src, self.cfg.external_ip);
+                    rewrite_quoted(f, &l, &q, End::Dst, m.external_ip, m.external_port);
+                    set_outer_ip(f, &l, End::Src, m.external_ip);
                 }
             }
         }
@@ -709,8 +841,7 @@ impl Nat {
 
     fn inbound(&mut self, f: &mut [u8], now: u64) -> Result<(), DropReason> {
         let l = parse(f)?;
-        let dst = Ipv4Addr::new(f[l.l3 + 16], f[l.l3 + 17], f[l.l3 + 18], f[l.l3 + 19]);
-        if dst != self.cfg.external_ip {
+        if !self.is_external(read32(f, l.l3 + 16)) {
             return Err(DropReason::NotForUs);
         }
         if l.fragment == Fragment::Later {
@@ -721,9 +852,7 @@ impl Nat {
         } else {
             match classify(f, &l, false)? {
                 Lookup::Direct(e) => {
-                    let id = self
-                        .by_external_port(e.protocol, e.port)
-                        .ok_or(DropReason::NoMapping)?;
+                    let id = self.by_external.get(&e).ok_or(DropReason::NoMapping)?;
                     let key = FlowKey::from_frame(f, &l).map_err(|_| DropReason::Malformed)?;
                     if !self.allowed(id, u32::from(key.src_ip), key.src_port, now) {
                         return Err(DropReason::Blocked);
@@ -743,12 +872,7 @@ impl Nat {
                     rewrite_end(f, &l, End::Dst, m.internal_ip, m.internal_port);
                 }
                 Lookup::Quoted(e) => {
-                    if e.ip != u32::from(self.cfg.external_ip) {
-                        return Err(DropReason::NoMapping);
-                    }
-                    let id = self
-                        .by_external_port(e.protocol, e.port)
-                        .ok_or(DropReason::NoMapping)?;
+                    let id = self.by_external.get(&e).ok_or(DropReason::NoMapping)?;
                     let m = self.mappings.get(id).m;
                     let q = parse_quoted(f, &l).ok_or(DropReason::Malformed)?;
                     rewrite_quoted(f, &l, &q, End::Src, m.internal_ip, m.internal_port);
@@ -766,11 +890,14 @@ fn tcp_flags(f: &[u8], l: &nfkit_packet::Ipv4Layout) -> Option<u8> {
     (l.protocol == proto::TCP && l.l4 + 14 <= l.end).then(|| f[l.l4 + 13])
 }
 
+fn read32(f: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]])
+}
+
 fn frag_key(f: &[u8], l: &nfkit_packet::Ipv4Layout, inbound: bool) -> FragKey {
-    let a = |at: usize| u32::from_be_bytes([f[at], f[at + 1], f[at + 2], f[at + 3]]);
     FragKey {
-        src: a(l.l3 + 12),
-        dst: a(l.l3 + 16),
+        src: read32(f, l.l3 + 12),
+        dst: read32(f, l.l3 + 16),
         id: read16(f, l.l3 + 4),
         protocol: l.protocol,
         inbound,
@@ -857,12 +984,11 @@ impl NetworkFunction for Nat {
     }
 
     fn table(&self) -> Vec<String> {
-        let ext = self.config().external_ip;
         self.mappings()
             .map(|m| {
                 format!(
-                    "mapping proto {} {}:{} -> {ext}:{}",
-                    m.protocol, m.internal_ip, m.internal_port, m.external_port
+                    "mapping proto {} {}:{} -> {}:{}",
+                    m.protocol, m.internal_ip, m.internal_port, m.external_ip, m.external_port
                 )
             })
             .collect()

@@ -58,7 +58,17 @@ pub fn workload(name: &str, flows: usize) -> Result<Workload, ConfigError> {
         })
         .collect();
     let (options, input) = match name {
-        "nat" => (s(&["--ext-ip", "203.0.113.1", "--ports", "1024-65535"]), 0),
+        // Two external addresses: RFC 2544's 65,536 flows are one host's
+        // source ports, more than one address's 64,512 ports hold.
+        "nat" => (
+            s(&[
+                "--ext-ip",
+                "203.0.113.1,203.0.113.2",
+                "--ports",
+                "1024-65535",
+            ]),
+            0,
+        ),
         "firewall" | "bridge" => (Vec::new(), 0),
         "lb" => (
             s(&[

@@ -364,6 +364,64 @@ fn full_table_and_exhausted_ports() {
     assert_counts_balance(&n);
 }
 
+/// The RFC 2544 flows pattern: 65,536 UDP flows of one host, its source
+/// port counting through every value. One external address has 64,512
+/// ports (1024-65535): the rest are counted as `ports_exhausted` while the
+/// mapped flows go on. Two addresses hold them all, and every reply
+/// comes back to its flow; a table smaller than the flows counts
+/// `table_full`.
+#[test]
+fn sixty_five_thousand_flows_of_one_host() {
+    let host = ip("10.0.0.2");
+    let server = ip("198.51.100.1");
+    let out = |p: u16| FrameBuilder::udp((host, p), (server, 5000)).build();
+    let mut buf = vec![0u8; BUF];
+    let mut send = |n: &mut Nat, f: &[u8], port: usize| {
+        buf[..f.len()].copy_from_slice(f);
+        let v = n.process(&mut buf, f.len(), port, secs(1));
+        (v, buf[..f.len()].to_vec())
+    };
+
+    let mut one = Nat::new("--ext-ip 203.0.113.1".parse().unwrap()).unwrap();
+    for p in 0..=u16::MAX {
+        send(&mut one, &out(p), LAN);
+    }
+    assert_eq!(one.stats().forwarded, 64_512);
+    assert_eq!(
+        one.stats().drops().collect::<Vec<_>>(),
+        [(DropReason::PortsExhausted, 1024)]
+    );
+    fwd(send(&mut one, &out(0), LAN).0, WAN);
+    assert_counts_balance(&one);
+
+    let mut two = Nat::new("--ext-ip 203.0.113.1,203.0.113.2".parse().unwrap()).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for p in 0..=u16::MAX {
+        let (v, o) = send(&mut two, &out(p), LAN);
+        fwd(v, WAN);
+        let k = key(&o);
+        assert!(seen.insert((k.src_ip, k.src_port)), "{k:?} given twice");
+        let r = k.reversed();
+        let back = FrameBuilder::udp((r.src_ip, r.src_port), (r.dst_ip, r.dst_port)).build();
+        let (v, b) = send(&mut two, &back, WAN);
+        fwd(v, LAN);
+        assert_eq!(key(&b), FlowKey::new(server, 5000, host, p, 17));
+    }
+    assert_eq!(two.stats().flows_created, 65_536);
+    assert_eq!(two.stats().dropped_total(), 0);
+
+    let mut small = Nat::new("--ext-ip 203.0.113.1 --capacity 1000".parse().unwrap()).unwrap();
+    for p in 0..2000 {
+        send(&mut small, &out(p), LAN);
+    }
+    assert_eq!(
+        small.stats().drops().collect::<Vec<_>>(),
+        [(DropReason::TableFull, 1000)]
+    );
+    fwd(send(&mut small, &out(999), LAN).0, WAN);
+    assert_counts_balance(&small);
+}
+
 #[test]
 fn mappings_expire_and_ports_return() {
     let mut n = Nat::new(

@@ -201,6 +201,9 @@ pub(crate) struct Attachment {
     pub parent: String,
     pub placement: Placement,
     pub counters: Arc<TcCounters>,
+    /// Made by the graph for a task nobody attached: it follows the
+    /// worker that feeds what the task feeds (see `place_implicit`).
+    pub implicit: bool,
 }
 
 /// The pipeline's modules, connections, workers and class trees.
@@ -718,6 +721,7 @@ impl Graph {
             parent: parent.into(),
             placement,
             counters,
+            implicit: false,
         });
         if let Err(e) = self.check_tree(w, Added::Attachment) {
             self.attachments.pop();
@@ -866,8 +870,10 @@ impl Graph {
                 parent: ROOT_TC.into(),
                 placement: Placement::default(),
                 counters: Arc::default(),
+                implicit: true,
             });
         }
+        self.place_implicit();
         let depth = self.check_walks()?;
         let input_worker = self.input_workers()?;
         let task_worker: HashMap<ModuleId, usize> = self
@@ -1135,6 +1141,76 @@ impl Graph {
             })
             .collect();
         Ok(assign_offsets_with(&meta, self.unwritten_reads_ok)?)
+    }
+
+    /// Put each task the graph attached by itself (nobody attached it)
+    /// on the worker whose attached tasks already feed what it feeds,
+    /// if any, else where it is (the first worker). BESS attaches such
+    /// orphans only when the workers resume, so a script may attach a
+    /// module's other feeders to another worker first (BESS's qtest
+    /// sample); a task attached on purpose is never moved.
+    fn place_implicit(&mut self) {
+        if self.workers.len() < 2 || !self.attachments.iter().any(|a| a.implicit) {
+            return;
+        }
+        let mut owner: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        let mut stack: Vec<ModuleId> = Vec::new();
+        let mut mark = |g: &Graph, from: ModuleId, w: usize, owner: &mut Vec<Option<usize>>| {
+            stack.extend(g.node(from).ogates.iter().flatten().map(|&(t, _)| t));
+            while let Some(m) = stack.pop() {
+                if owner[m].is_some() {
+                    continue;
+                }
+                owner[m] = Some(w);
+                let n = g.node(m);
+                if !n.is_task {
+                    stack.extend(n.ogates.iter().flatten().map(|&(t, _)| t));
+                }
+            }
+        };
+        for a in self.attachments.iter().filter(|a| !a.implicit) {
+            mark(self, a.module, a.worker, &mut owner);
+        }
+        let mut moved = false;
+        for i in 0..self.attachments.len() {
+            let a = &self.attachments[i];
+            if !a.implicit {
+                continue;
+            }
+            let (module, was) = (a.module, a.worker);
+            // The first fed module that has an owner decides.
+            let mut seen = HashSet::new();
+            let mut walk: Vec<ModuleId> = self
+                .node(module)
+                .ogates
+                .iter()
+                .flatten()
+                .map(|&(t, _)| t)
+                .collect();
+            let mut found = None;
+            while let Some(m) = walk.pop() {
+                if !seen.insert(m) {
+                    continue;
+                }
+                if let Some(w) = owner[m] {
+                    found = Some(w);
+                    break;
+                }
+                let n = self.node(m);
+                if !n.is_task {
+                    walk.extend(n.ogates.iter().flatten().map(|&(t, _)| t));
+                }
+            }
+            let w = found.unwrap_or(was);
+            if w != was {
+                self.attachments[i].worker = w;
+                moved = true;
+            }
+            mark(self, module, w, &mut owner);
+        }
+        if moved {
+            self.scratch.clear();
+        }
     }
 
     /// For each module, the worker whose tasks push packets into it.

@@ -342,6 +342,32 @@ fn modules_reach_bess_gates_beyond_64() {
     );
 }
 
+/// A task nobody attached follows the worker that feeds what it feeds
+/// (BESS's qtest: the Queue's task goes to the second worker while the
+/// other Source into the same Sink is still unattached); two tasks
+/// attached on purpose to two workers into one module stay refused.
+#[test]
+fn an_unattached_task_follows_the_worker_feeding_its_module() {
+    let src = "worker a\nworker b\n\
+               s1::Source(burst=4) -> q::Queue() -> k::Sink()\n\
+               s2::Source(burst=4) -> k\n\
+               q.attach(worker=b)\n";
+    let mut p = build(src, VirtualClock::new());
+    p.step(20).unwrap();
+    let s = p.stats();
+    assert!(s.module("k").unwrap().consumed > 0, "{s}");
+    let e = parse(&format!("{src}s2.attach(worker=a)\n"), "t.nfk")
+        .unwrap()
+        .build(&|_| unreachable!())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("module `k` gets packets from tasks on workers"),
+        "{e}"
+    );
+}
+
 /// Packets sent to an unconnected gate must not cost the worker one of
 /// its spare batches: after many such drops, a deep chain still carries
 /// every packet (it used to lose a spare per drop and then drop deep).

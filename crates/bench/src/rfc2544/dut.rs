@@ -378,10 +378,30 @@ fn run_on_ports(dut: &Dut, owned: &mut [Box<dyn Port>], stop: &AtomicBool) -> Re
             let ports: RefCell<Vec<&mut dyn Port>> =
                 RefCell::new(owned.iter_mut().map(|p| &mut **p as _).collect());
             with_ports(dut.model, &ports, &mut *nf, |r| spin(r.round, stop));
+            say_drops(dut, &*nf);
             Ok(())
         }
         DutKind::Pipeline(_) => unreachable!("pipelines run in `pipeline`"),
         DutKind::Testpmd(_) | DutKind::Kernel(_) => unreachable!("processes start in `external`"),
+    }
+}
+
+/// The NF's own drops over all its cases, by reason (a NAT out of
+/// ports, a full table): loss the tester sees that is not the rate's.
+fn say_drops(dut: &Dut, nf: &dyn nfkit_nf::NetworkFunction) {
+    let s = nf.stats();
+    if s.dropped_total() > 0 {
+        let why: Vec<String> = s
+            .drops()
+            .map(|(r, n)| format!("{} {n}", r.name()))
+            .collect();
+        eprintln!(
+            "{}: the NF dropped {} of {} frames: {}",
+            dut.name(),
+            s.dropped_total(),
+            s.packets_in,
+            why.join(", ")
+        );
     }
 }
 
@@ -470,6 +490,7 @@ fn on_sim(
             let options = workload(name, FLOWS)?.options;
             let mut nf = nfkit_nf::build_for_ports(name, &options, 2)?;
             with_form(dut.model, &nics, &mut *nf, |r| spin(r.round, stop))?;
+            say_drops(dut, &*nf);
             Ok(())
         }
         DutKind::Pipeline(_) | DutKind::Testpmd(_) | DutKind::Kernel(_) => unreachable!(),
