@@ -8,7 +8,7 @@
 //! | `pcap:FILE[,timing=file][,loop=N]` | replay FILE (pcap or pcapng) on RX; TX discarded (counted) |
 //! | `pcap-out:FILE` | write TX to FILE (pcap, nanosecond timestamps); receives nothing |
 //! | `pcap:rx=IN,tx=OUT[,timing=file][,loop=N]` | both at once |
-//! | `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2\|3][,block_ms=N]` | AF_PACKET with PACKET_MMAP rings (TPACKET_V2, or V3 RX blocks), N fanout sockets |
+//! | `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2\|3][,block_ms=N][,tso=1]` | AF_PACKET with PACKET_MMAP rings (TPACKET_V2, or V3 RX blocks), N fanout sockets; `tso=1`: the kernel's 64 KB TCP super-frames come in whole |
 //! | `tap:NAME[,queues=N][,tso=1]` | a kernel TAP interface NAME created by nfkit (N queues: `IFF_MULTI_QUEUE`; `tso=1`: the kernel's 64 KB TSO frames come in whole) |
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
 //! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
@@ -103,6 +103,10 @@ pub struct AfPacketSpec {
     pub ring: Option<usize>,
     /// The rings' TPACKET version (`tpacket=2|3`, `block_ms=N`).
     pub tpacket: TpacketVersion,
+    /// `tso=1`: received TCP super-frames (GSO/GRO, up to 64 KB) come in
+    /// whole, as chains carrying their segmentation request, instead of
+    /// being cut in the port.
+    pub tso: bool,
 }
 
 /// Which TPACKET version a packet socket's rings use (see
@@ -447,12 +451,21 @@ fn parse_afpacket(main: &str, mut o: Options) -> Result<PortSpec, String> {
         }
         (Some(v), _) => return Err(format!("tpacket={v}: expected 2 or 3")),
     };
-    o.finish("queues=N, ring=SLOTS, tpacket=2|3, block_ms=N")?;
+    let tso = match o.take("tso").as_deref() {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(v) => return Err(format!("tso={v}: expected 0 or 1")),
+    };
+    if tso && tpacket != TpacketVersion::V2 {
+        return Err("tso=1 needs TPACKET_V2 (super-frames are read whole off the socket)".into());
+    }
+    o.finish("queues=N, ring=SLOTS, tpacket=2|3, block_ms=N, tso=0|1")?;
     Ok(PortSpec::AfPacket(AfPacketSpec {
         iface: main.to_string(),
         queues,
         ring,
         tpacket,
+        tso,
     }))
 }
 
@@ -584,6 +597,9 @@ impl fmt::Display for PortSpec {
                 if let TpacketVersion::V3 { block_ms } = a.tpacket {
                     write!(f, ",tpacket=3,block_ms={block_ms}")?;
                 }
+                if a.tso {
+                    write!(f, ",tso=1")?;
+                }
                 Ok(())
             }
             PortSpec::Tap(t) => {
@@ -684,6 +700,7 @@ mod tests {
             "afpacket:veth0,ring=1024",
             "afpacket:veth0,tpacket=3,block_ms=1",
             "afpacket:veth0,queues=2,tpacket=3,block_ms=20",
+            "afpacket:veth0,tso=1",
             "tap:nf0",
             "tap:nf0,queues=4",
             "tap:nf0,tso=1",
