@@ -28,6 +28,7 @@ pub mod offloads;
 pub mod pipeline;
 pub mod ports;
 pub mod rfc2544;
+pub mod soft_tso;
 pub mod testpmd;
 pub mod traffic;
 pub mod vhost;

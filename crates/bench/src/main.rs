@@ -76,6 +76,10 @@ enum Cmd {
         /// Measured seconds per case (after 1 s of warm-up).
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// Only these cases (source-sink, port-inc-out), free-running,
+        /// without the DPDK and callgrind runs.
+        #[arg(long = "case")]
+        cases: Vec<String>,
     },
     /// The daemon's control plane over gRPC: GetPortStats requests/s, module
     /// add/connect/remove cycles/s, and the data path's cycles per packet
@@ -225,6 +229,13 @@ enum Cmd {
         #[arg(long, default_value_t = nfkit_bench::pipeline::LOCKSTEP_ROUNDS)]
         rounds: u64,
     },
+    /// (internal) the pipeline's software TSO alone, lock-step, for
+    /// callgrind (`nfkit_bench::soft_tso`).
+    #[command(hide = true)]
+    SoftTsoLockstep {
+        #[arg(long, default_value_t = 200)]
+        frames: usize,
+    },
     /// (internal) the lock-step 82599 TSO sends measured under callgrind.
     #[command(hide = true)]
     BenchTsoLockstep {
@@ -346,7 +357,10 @@ fn main() -> Result<()> {
             };
             nfkit_bench::rfc2544::rfc2544(&opts)?;
         }
-        Cmd::Pipeline { seconds } => nfkit_bench::pipeline::pipeline(seconds)?,
+        Cmd::Pipeline { seconds, cases } if !cases.is_empty() => {
+            nfkit_bench::pipeline::pipeline_cases(&cases, seconds)?
+        }
+        Cmd::Pipeline { seconds, .. } => nfkit_bench::pipeline::pipeline(seconds)?,
         Cmd::Control { seconds, runs } => {
             nfkit_bench::control::control(seconds, runs)?;
         }
@@ -387,6 +401,13 @@ fn main() -> Result<()> {
         Cmd::BenchPipelineLockstep { case, rounds } => {
             let n = nfkit_bench::pipeline::lockstep(&case, rounds)?;
             println!("forwarded {n}");
+        }
+        Cmd::SoftTsoLockstep { frames } => {
+            let n = nfkit_bench::soft_tso::lockstep(frames)?;
+            println!(
+                "{frames} super-frames, {} payload bytes, {n} segments",
+                frames * nfkit_bench::soft_tso::PAYLOAD
+            );
         }
         Cmd::BenchTsoLockstep { sends } => {
             let n = nfkit_bench::drivers::tso_lockstep(sends)?;

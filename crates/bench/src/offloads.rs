@@ -7,7 +7,9 @@
 //!   negotiated (`tap:NAME,tso=1`: the kernel hands nfkit its 64 KB
 //!   frames and takes coalesced ones back), nfkit's `VXLANEncap` and
 //!   software `TSO` onto the veth to B's kernel `vxlan`; back,
-//!   `VXLANDecap` and `LRO` (one pipeline worker).
+//!   `VXLANDecap` and `LRO` (one pipeline worker). The veth's port is
+//!   `afpacket:VETH,tso=1`: B's GSO super-frames (underlay `defaults`)
+//!   come in whole and go to the TAP as they are.
 //!
 //! B is the kernel's VXLAN in both, so the rows differ only in A's
 //! side. Each direction is one iperf3 transfer of a fixed byte count:
@@ -272,7 +274,7 @@ impl Setup {
                 let tap = nfkit_testkit::unique_name("t");
                 let src = overlay_nfk(
                     &format!("tap:{tap},tso=1"),
-                    &vb.b,
+                    &format!("{},tso=1", vb.b),
                     n,
                     "02:00:00:95:00:01",
                     &mac_of(&b, &vb.a)?,

@@ -48,6 +48,10 @@ pub struct Measured {
     pub mpps: f64,
     /// CPU cycles of the worker thread per packet.
     pub cycles_per_packet: Option<f64>,
+    /// Packets the worker handled from its start (warm-up included) to
+    /// its pause: what its thread's instructions under callgrind are
+    /// divided by (`--case`).
+    pub total: u64,
 }
 
 /// A pipeline case: its config and the packets it counts.
@@ -116,7 +120,7 @@ fn measure_pipeline(
         thread_cpu_time(pid, &worker_thread),
         t0.elapsed(),
     );
-    pipeline.shutdown()?;
+    let total = (case.packets)(&pipeline.shutdown()?);
     let packets = n1.saturating_sub(n0);
     if packets == 0 {
         bail!("no packets went through `{}`", case.name);
@@ -125,6 +129,7 @@ fn measure_pipeline(
     Ok(Measured {
         mpps: packets as f64 / wall.as_secs_f64() / 1e6,
         cycles_per_packet: cpu.map(|c| c.as_secs_f64() * hz / packets as f64),
+        total,
     })
 }
 
@@ -210,10 +215,37 @@ fn measure_dpdk(
         Measured {
             mpps: pps / 1e6,
             cycles_per_packet: cycles,
+            total: 0,
         },
         run.own_cycles_per_packet,
         run.command,
     ))
+}
+
+/// `nfkit-bench pipeline --case NAME...`: only these free-running cases
+/// (names of [`LOCKSTEP_CASES`]), no DPDK and no callgrind run; one line
+/// each, with the packets the worker handled in all. For A/B runs and for
+/// the worker's instructions per packet under
+/// `valgrind --tool=callgrind --separate-threads=yes` (its thread's total
+/// over that packet count).
+pub fn pipeline_cases(names: &[String], seconds: u64) -> Result<()> {
+    let hz = tsc_hz()?;
+    let stop = nfkit_lab::stop_flag(None);
+    let all = cases();
+    for name in names {
+        let Some(i) = LOCKSTEP_CASES.iter().position(|c| c == name) else {
+            bail!("no case `{name}` (cases: {})", LOCKSTEP_CASES.join(", "));
+        };
+        let m = measure_pipeline(&all[i], seconds, hz, &stop)?;
+        println!(
+            "{name}: {:.2} Mpps, {} cycles/packet, {} packets in all",
+            m.mpps,
+            m.cycles_per_packet
+                .map_or("-".into(), |c| format!("{c:.1}")),
+            m.total
+        );
+    }
+    Ok(())
 }
 
 /// `nfkit bench pipeline`.

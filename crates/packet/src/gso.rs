@@ -13,7 +13,7 @@
 //! decision for one more segment of a held flow.
 
 use crate::checksum::Sum;
-use crate::offload_meta::{describe, Offload, Tunnel, L3, L4};
+use crate::offload_meta::{Offload, Tunnel, L3, L4};
 use nfkit_hw::pool::offload::Gso;
 
 /// TCP flags.
@@ -86,12 +86,23 @@ impl TcpLayout {
     /// ports): [`GsoError::NotTcp`] for other frames,
     /// [`GsoError::Truncated`] when headers are cut or lengths disagree.
     pub fn of(frame: &[u8]) -> Result<TcpLayout, GsoError> {
-        let o = describe(frame).ok_or(GsoError::Truncated)?;
+        TcpLayout::of_prefix(frame, frame.len())
+    }
+
+    /// [`TcpLayout::of`] for a frame of `len` bytes of which `head` holds
+    /// the first (at least its headers: a chain's, copied out). Headers
+    /// that do not lie within `head` are [`GsoError::Truncated`].
+    pub fn of_prefix(head: &[u8], len: usize) -> Result<TcpLayout, GsoError> {
+        let frame = head;
+        let o = crate::offload_meta::describe_prefix(head, len).ok_or(GsoError::Truncated)?;
         if o.l4 != L4::Tcp {
             return Err(GsoError::NotTcp);
         }
+        if o.header_len() > head.len() {
+            return Err(GsoError::Truncated);
+        }
         let end = ip_end(frame, o.l3_start());
-        if end < o.header_len() || end > frame.len() {
+        if end < o.header_len() || end > len {
             return Err(GsoError::Truncated);
         }
         if o.tunnel != Tunnel::None {
@@ -314,13 +325,183 @@ pub fn segment_range(
     Ok(range.len())
 }
 
+/// Bytes of a frame read front to back from its pieces (a chain's
+/// segments), for [`segment_chain`].
+pub struct Pieces<'a, I: Iterator<Item = &'a [u8]>> {
+    it: I,
+    cur: &'a [u8],
+}
+
+impl<'a, I: Iterator<Item = &'a [u8]>> Pieces<'a, I> {
+    /// The pieces `it`, from the first byte of the frame.
+    pub fn new(it: I) -> Self {
+        Pieces { it, cur: &[] }
+    }
+    /// Pass over `n` bytes; false if the frame is shorter.
+    pub fn skip(&mut self, mut n: usize) -> bool {
+        while n > 0 {
+            if self.cur.is_empty() {
+                match self.it.next() {
+                    Some(p) => self.cur = p,
+                    None => return false,
+                }
+                continue;
+            }
+            let k = n.min(self.cur.len());
+            self.cur = &self.cur[k..];
+            n -= k;
+        }
+        true
+    }
+    /// Copy the next `dst.len()` bytes into `dst`, adding them to `sum`
+    /// in the same pass; false if the frame is shorter.
+    fn copy_into(&mut self, mut dst: &mut [u8], sum: &mut RunningSum) -> bool {
+        while !dst.is_empty() {
+            if self.cur.is_empty() {
+                match self.it.next() {
+                    Some(p) => self.cur = p,
+                    None => return false,
+                }
+                continue;
+            }
+            let k = dst.len().min(self.cur.len());
+            let (now, rest) = std::mem::take(&mut dst).split_at_mut(k);
+            sum.add_sum(crate::checksum::copy_sum(now, &self.cur[..k]), k);
+            self.cur = &self.cur[k..];
+            dst = rest;
+        }
+        true
+    }
+}
+
+/// What [`segment_chain`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Segments handed to `emit`.
+    pub emitted: usize,
+    /// The allocator ran dry (or a segment could not be chained): the
+    /// cut stopped there.
+    pub short: bool,
+    /// The frame could not be cut (after `emitted` segments).
+    pub error: Option<GsoError>,
+}
+
+/// Segments `range` of [`segment`]'s cut of a frame held as pieces (a
+/// chain of buffers), without making it contiguous: `hdr` holds its
+/// first bytes (at least the headers of layout `lay`), `payload` reads
+/// it from byte `lay.header_len() + range.start * mss` on. Each
+/// segment is a fresh buffer from `alloc` (chained over more when it
+/// does not fit one): the headers copied from `hdr` and patched, the
+/// payload copied once from the pieces with its checksum summed in the
+/// same pass ([`crate::checksum::copy_sum`]), then every length and
+/// checksum set ([`fix_headers`]); it goes to `emit`. Segments are the
+/// same bytes as [`segment_range`]'s.
+pub fn segment_chain<'a, I: Iterator<Item = &'a [u8]>>(
+    hdr: &[u8],
+    lay: &TcpLayout,
+    mss: usize,
+    range: std::ops::Range<usize>,
+    payload: &mut Pieces<'a, I>,
+    mut alloc: impl FnMut() -> Option<nfkit_hw::PktBuf>,
+    mut emit: impl FnMut(nfkit_hw::PktBuf),
+) -> Cut {
+    let mut cut = Cut {
+        emitted: 0,
+        short: false,
+        error: None,
+    };
+    let n = match segments(lay, mss) {
+        Ok(n) => n,
+        Err(e) => {
+            cut.error = Some(e);
+            return cut;
+        }
+    };
+    let (hl, l4) = (lay.header_len(), lay.o.l4_start());
+    let Some(hdr) = hdr.get(..hl) else {
+        cut.error = Some(GsoError::Truncated);
+        return cut;
+    };
+    let seq0 = u32::from_be_bytes([hdr[l4 + 4], hdr[l4 + 5], hdr[l4 + 6], hdr[l4 + 7]]);
+    let plen_all = lay.payload_len();
+    for i in range.start.min(n)..range.end.min(n) {
+        let plen = mss.min(plen_all - (i * mss).min(plen_all));
+        let total = hl + plen;
+        let Some(mut b) = alloc() else {
+            cut.short = true;
+            return cut;
+        };
+        let room = b.pool().data_room();
+        if hl > room {
+            cut.error = Some(GsoError::Truncated);
+            return cut;
+        }
+        let first = total.min(room);
+        let mut sum = RunningSum::default();
+        if b.set_len(first).is_err() {
+            cut.error = Some(GsoError::Truncated);
+            return cut;
+        }
+        {
+            let d = b.data_mut();
+            d[..hl].copy_from_slice(hdr);
+            if !payload.copy_into(&mut d[hl..first], &mut sum) {
+                cut.error = Some(GsoError::Truncated);
+                return cut;
+            }
+        }
+        let mut left = total - first;
+        while left > 0 {
+            let Some(mut s) = alloc() else {
+                cut.short = true;
+                return cut;
+            };
+            let k = left.min(room);
+            if s.set_len(k).is_err() {
+                cut.error = Some(GsoError::Truncated);
+                return cut;
+            }
+            if !payload.copy_into(s.data_mut(), &mut sum) {
+                cut.error = Some(GsoError::Truncated);
+                return cut;
+            }
+            if b.append(s).is_err() {
+                cut.short = true;
+                return cut;
+            }
+            left -= k;
+        }
+        let h = &mut b.data_mut()[..hl];
+        let seq = seq0.wrapping_add((i * mss) as u32);
+        h[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+        if i + 1 < n {
+            h[l4 + 13] &= !(FIN | PSH);
+        }
+        if i > 0 {
+            h[l4 + 13] &= !CWR;
+        }
+        fix_headers(h, &lay.o, total, i as u16, sum.sum());
+        emit(b);
+        cut.emitted += 1;
+    }
+    cut
+}
+
 /// Whether the TCP checksum (and the IPv4 header checksum) of the
 /// innermost packet of `frame` verifies; also returns the payload's sum.
 pub fn verify_inner(frame: &[u8], lay: &TcpLayout) -> Option<Sum> {
+    let payload = Sum::ZERO.add_bytes(&frame[lay.header_len()..lay.end]);
+    verify_headers(frame, lay, payload).then_some(payload)
+}
+
+/// [`verify_inner`] of a frame whose first bytes `frame` are (at least
+/// its headers: a chain's first segment) and whose payload sums to
+/// `payload`.
+pub fn verify_headers(frame: &[u8], lay: &TcpLayout, payload: Sum) -> bool {
     let (l3, l4, hl) = (lay.o.l3_start(), lay.o.l4_start(), lay.header_len());
     let v4 = frame[l3] >> 4 == 4;
     if v4 && crate::checksum::checksum(&frame[l3..l4]) != 0 {
-        return None;
+        return false;
     }
     let tcp_len = lay.end - l4;
     let pseudo = if v4 {
@@ -334,13 +515,29 @@ pub fn verify_inner(frame: &[u8], lay: &TcpLayout) -> Option<Sum> {
             .add_u32(tcp_len as u32)
             .add_u16(6)
     };
-    let payload = Sum::ZERO.add_bytes(&frame[hl..lay.end]);
-    let ok = pseudo
+    pseudo
         .add_bytes(&frame[l4..hl])
         .add_u32(payload.fold().into())
         .fold()
-        == 0xffff;
-    ok.then_some(payload)
+        == 0xffff
+}
+
+/// The sum of bytes `from..to` of a frame held as pieces (a chain's
+/// segments), odd piece lengths accounted for.
+pub fn pieces_sum<'a>(pieces: impl Iterator<Item = &'a [u8]>, from: usize, to: usize) -> Sum {
+    let mut sum = RunningSum::default();
+    let mut at = 0;
+    for p in pieces {
+        let (s, e) = (from.max(at), to.min(at + p.len()));
+        if s < e {
+            sum.add(&p[s - at..e - at]);
+        }
+        at += p.len();
+        if at >= to {
+            break;
+        }
+    }
+    sum.sum()
 }
 
 /// A flow GRO holds: the first frame's headers and layout, and what
@@ -617,6 +814,55 @@ mod tests {
             gro_verdict(&segs[0], &h, &other, &l, 65_535),
             Verdict::OtherFlow
         );
+    }
+
+    /// Cutting from pieces of any length (a chain, odd cuts included)
+    /// gives the same bytes as cutting the flat frame, segments larger
+    /// than a buffer chained.
+    #[test]
+    fn segments_cut_from_pieces_are_those_of_the_flat_frame() {
+        let dma = nfkit_hw::sim::SimDma::new();
+        let pool = nfkit_hw::Mempool::new(&*dma, "t", 64, 2048).unwrap();
+        let f = big(9000, ACK | PSH);
+        let lay = TcpLayout::of(&f).unwrap();
+        for (mss, cuts) in [
+            (1448, vec![54, 1001, 3333]),
+            (3000, vec![7, 60, 5001]),
+            (9000, vec![100]),
+        ] {
+            let mut flat = Vec::new();
+            let mut s = Vec::new();
+            let n = segment(&f, &lay, mss, 10_000, &mut s, |x| flat.push(x.to_vec())).unwrap();
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            for &c in &cuts {
+                pieces.push(&f[at..c]);
+                at = c;
+            }
+            pieces.push(&f[at..]);
+            let mut got = Vec::new();
+            let mut from = 0;
+            // Two calls, as TSO spreads a frame over runs.
+            for range in [0..n / 2, n / 2..n] {
+                let mut p = Pieces::new(pieces.iter().copied());
+                assert!(p.skip(lay.header_len() + from * mss));
+                let cut = segment_chain(
+                    &f[..64],
+                    &lay,
+                    mss,
+                    range.clone(),
+                    &mut p,
+                    || pool.alloc(),
+                    |b| got.push(b.segments().flatten().copied().collect::<Vec<u8>>()),
+                );
+                assert_eq!(
+                    (cut.emitted, cut.short, cut.error),
+                    (range.len(), false, None)
+                );
+                from = range.end;
+            }
+            assert_eq!(got, flat, "mss {mss}");
+        }
     }
 
     #[test]

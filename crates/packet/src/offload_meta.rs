@@ -47,7 +47,10 @@ fn be16(d: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*d.get(at)?, *d.get(at + 1)?]))
 }
 
-fn parse(d: &[u8]) -> Option<Inner> {
+/// `d` holds at least the headers of a frame of `len` bytes (all of
+/// it, or a prefix): lengths are checked against `len`, bytes are read
+/// from `d` (a header past `d` is not found).
+fn parse(d: &[u8], len: usize) -> Option<Inner> {
     let mut l2 = 14;
     let mut et = be16(d, 12)?;
     for _ in 0..2 {
@@ -63,15 +66,14 @@ fn parse(d: &[u8]) -> Option<Inner> {
             let ihl = usize::from(v & 0x0f) * 4;
             let total = usize::from(be16(d, l2 + 2)?);
             let frag = be16(d, l2 + 6)? & 0x3fff;
-            if v >> 4 != 4 || ihl < 20 || total < ihl || l2 + total > d.len() {
+            if v >> 4 != 4 || ihl < 20 || total < ihl || l2 + total > len {
                 return None;
             }
             let proto = if frag == 0 { *d.get(l2 + 9)? } else { 0 };
             (L3::Ipv4, ihl, proto)
         }
         0x86dd => {
-            let len = usize::from(be16(d, l2 + 4)?);
-            if *d.get(l2)? >> 4 != 6 || l2 + 40 + len > d.len() {
+            if *d.get(l2)? >> 4 != 6 || l2 + 40 + usize::from(be16(d, l2 + 4)?) > len {
                 return None;
             }
             (L3::Ipv6, 40, *d.get(l2 + 6)?)
@@ -82,10 +84,10 @@ fn parse(d: &[u8]) -> Option<Inner> {
     let (l4, l4_len, dport) = match proto {
         6 => {
             let off = usize::from(*d.get(l4at + 12)? >> 4) * 4;
-            (off >= 20 && l4at + off <= d.len()).then_some((L4::Tcp, off, 0))?
+            (off >= 20 && l4at + off <= len.min(d.len())).then_some((L4::Tcp, off, 0))?
         }
-        17 if l4at + 8 <= d.len() => (L4::Udp, 8, be16(d, l4at + 2)?),
-        _ => (L4::None, 0, 0),
+        17 if l4at + 8 <= len.min(d.len()) => (L4::Udp, 8, be16(d, l4at + 2)?),
+        _ => (l4at <= d.len()).then_some((L4::None, 0, 0))?,
     };
     Some(Inner {
         l2_len: l2,
@@ -115,7 +117,15 @@ fn tunnel_header(d: &[u8], at: usize, kind: Tunnel) -> Option<usize> {
 /// through a VXLAN or Geneve tunnel on its standard port. `None` for a
 /// frame that is not IPv4 or IPv6 (or whose lengths disagree with it).
 pub fn describe(frame: &[u8]) -> Option<Offload> {
-    let outer = parse(frame)?;
+    describe_prefix(frame, frame.len())
+}
+
+/// [`describe`] of a frame of `len` bytes from `head`, its first bytes
+/// (at least its headers: a chain's, copied out): lengths are checked
+/// against `len`, and every header found lies within `head`.
+pub fn describe_prefix(head: &[u8], len: usize) -> Option<Offload> {
+    let frame = head;
+    let outer = parse(frame, len)?;
     let mut o = Offload {
         l3: outer.l3,
         l4: outer.l4,
@@ -133,7 +143,7 @@ pub fn describe(frame: &[u8]) -> Option<Offload> {
     let Some(th) = tunnel_header(frame, udp_end, kind) else {
         return Some(o);
     };
-    let Some(inner) = parse(&frame[udp_end + th..]) else {
+    let Some(inner) = parse(&frame[udp_end + th..], len.saturating_sub(udp_end + th)) else {
         return Some(o);
     };
     o = Offload {
@@ -189,6 +199,16 @@ pub fn to_virtio_net_hdr(o: &Offload) -> [u8; VNET_HDR_LEN] {
 /// (inner) TCP or UDP checksum [`describe`] finds, the segmentation kind
 /// must match the frame's headers; anything else is refused.
 pub fn from_virtio_net_hdr(hdr: &[u8], frame: &[u8]) -> Result<Option<Offload>, OffloadError> {
+    from_virtio_net_hdr_prefix(hdr, frame, frame.len())
+}
+
+/// [`from_virtio_net_hdr`] for a frame of `len` bytes of which `head`
+/// holds the first (at least its headers: the first buffer of a chain).
+pub fn from_virtio_net_hdr_prefix(
+    hdr: &[u8],
+    head: &[u8],
+    len: usize,
+) -> Result<Option<Offload>, OffloadError> {
     let h: &[u8; VNET_HDR_LEN] = hdr
         .get(..VNET_HDR_LEN)
         .and_then(|h| h.try_into().ok())
@@ -199,7 +219,7 @@ pub fn from_virtio_net_hdr(hdr: &[u8], frame: &[u8]) -> Result<Option<Offload>, 
     if vflags & (VNET_F_NEEDS_CSUM | VNET_F_DATA_VALID) == 0 && !asks_gso {
         return Ok(None);
     }
-    let mut o = describe(frame).ok_or(OffloadError::Mismatch)?;
+    let mut o = describe_prefix(head, len).ok_or(OffloadError::Mismatch)?;
     if vflags & VNET_F_NEEDS_CSUM != 0 {
         o.flags |= flags::L4_CSUM;
         let at_l4 = usize::from(rd(6)) == o.l4_start();
@@ -222,7 +242,7 @@ pub fn from_virtio_net_hdr(hdr: &[u8], frame: &[u8]) -> Result<Option<Offload>, 
             o.flags |= flags::GSO_ECN;
         }
     }
-    o.check(frame.len())?;
+    o.check(len)?;
     Ok(Some(o))
 }
 

@@ -139,19 +139,19 @@ impl Port for NullPort {
                 n += 1;
                 continue;
             }
-            let Some(mut b) = self.cache.alloc() else {
+            // Each handle built in one piece (`PoolCache::alloc_received`
+            // says why). Neither push can fail: the size was checked
+            // against the data room, and the batch has room.
+            let b = if f.copy {
+                self.cache.alloc_copy(&f.template)
+            } else {
+                self.cache.alloc_received(len)
+            };
+            let Some(b) = b else {
                 // Every buffer is in flight: a source cannot drop what it
                 // never made, so this is back-pressure, not a loss.
                 break;
             };
-            // Neither can fail: the size was checked against the data
-            // room, and the batch has room.
-            if f.copy {
-                let _ = b.copy_from(&f.template);
-            } else {
-                // A fresh buffer (never chained): no chain to check.
-                b.set_received(len);
-            }
             let _ = batch.push(b);
             n += 1;
         }

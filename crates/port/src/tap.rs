@@ -160,6 +160,55 @@ fn take_vnet_hdr(
     }
 }
 
+/// [`take_vnet_hdr`] for a frame of `len` bytes whose first buffer is
+/// `head`, without the frame's other bytes: `None` when that cannot be
+/// told from the headers alone (a partial checksum at an offset nfkit
+/// does not parse is completed over the whole frame, by the caller).
+fn take_vnet_hdr_head(
+    hdr: &[u8; VNET_HDR_LEN],
+    head: &[u8],
+    len: usize,
+    tso: bool,
+) -> Option<Result<Option<ol::Offload>, ()>> {
+    let gso = hdr[1] & !offload_meta::VNET_GSO_ECN != offload_meta::VNET_GSO_NONE;
+    if hdr[0] == 0 && !gso {
+        return Some(Ok(None));
+    }
+    match offload_meta::from_virtio_net_hdr_prefix(hdr, head, len) {
+        Ok(Some(mut o)) => {
+            if o.gso != ol::Gso::None && !(tso && o.gso == ol::Gso::Tcp) {
+                return Some(Err(()));
+            }
+            o.flags &= ol::L4_CSUM | ol::L4_CSUM_GOOD | ol::GSO_ECN;
+            Some(Ok(Some(o)))
+        }
+        Ok(None) => Some(Ok(None)),
+        Err(_) if gso => Some(Err(())),
+        Err(_) if hdr[0] & offload_meta::VNET_F_NEEDS_CSUM != 0 => None,
+        Err(_) => Some(Ok(None)),
+    }
+}
+
+/// `head` (full) with `rest` appended in buffers from `cache`: one copy
+/// of the bytes past the first buffer. `None` (all freed) when the pool
+/// ran dry or the chain would be too long.
+fn chain_spill(
+    cache: &mut PoolCache,
+    mut head: nfkit_hw::PktBuf,
+    rest: &[u8],
+) -> Option<nfkit_hw::PktBuf> {
+    let room = head.pool().data_room();
+    for part in rest.chunks(room) {
+        let mut seg = cache.alloc()?;
+        if seg.copy_from(part).is_err() {
+            cache.free(seg);
+            return None;
+        }
+        head.append(seg).ok()?;
+    }
+    Some(head)
+}
+
 /// One descriptor of the TAP interface `ifname` (made by the first).
 fn open_queue(
     port: &str,
@@ -260,8 +309,36 @@ impl Port for TapPort {
                 }
                 Ok(len) if len > room => {
                     // A jumbo or TSO frame: a chain, carrying the
-                    // kernel's requests (a partial checksum we do not
-                    // parse completed over all of it first).
+                    // kernel's requests. The buffer read into stays its
+                    // first segment and the rest is copied once from the
+                    // spill area into more buffers, when the headers are
+                    // in that first buffer and the request is one we
+                    // carry.
+                    let _ = b.set_len(room);
+                    match take_vnet_hdr_head(&hdr, b.data(), len, self.tso) {
+                        Some(Ok(state)) => {
+                            match chain_spill(&mut self.rx_cache, b, &q.spill[..len - room]) {
+                                Some(mut c) => {
+                                    if let Some(o) = state {
+                                        c.set_offload(o);
+                                    }
+                                    q.stats.rx_bytes += len as u64;
+                                    batch.push(c);
+                                    n += 1;
+                                }
+                                None => q.stats.rx_dropped += 1,
+                            }
+                            continue;
+                        }
+                        Some(Err(())) => {
+                            q.stats.rx_errors += 1;
+                            self.rx_cache.free(b);
+                            continue;
+                        }
+                        None => {}
+                    }
+                    // Else (a partial checksum we do not parse, completed
+                    // over all of it first): made contiguous.
                     let mut whole = Vec::with_capacity(len);
                     whole.extend_from_slice(b.data());
                     whole.extend_from_slice(&q.spill[..len - room]);

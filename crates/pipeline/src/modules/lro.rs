@@ -24,6 +24,11 @@
 //! kernel takes it as one GRO frame) sends it whole; `TSO` cuts it for
 //! the others.
 //!
+//! Segments that are chains (jumbo frames) are merged the same way,
+//! their headers in their first buffer; a frame that already carries a
+//! segmentation request (a super-frame a port took whole) is not: its
+//! flow is sent first and it passes as it is.
+//!
 //! Gate in 0, gate out 0. Arguments: `max_size` (default 65,535, the
 //! largest frame made, bytes from the outer IP header on; at least
 //! 1,500), `max_flows` (default 64, flows held at once; the oldest is
@@ -105,7 +110,9 @@ impl Lro {
 
     /// Hold `p` as a new flow, or send it if it cannot be held.
     fn start(&mut self, ctx: &mut Ctx<'_>, mut p: PktBuf, lay: TcpLayout, payload: Sum) {
-        if !gso::holdable(p.data(), &lay) || p.set_len(lay.end).is_err() {
+        // (A chain has no padding: checked by the caller.)
+        let trimmed = p.is_chained() || p.set_len(lay.end).is_ok();
+        if !gso::holdable(p.data(), &lay) || !trimmed {
             ctx.emit(0, p);
             return;
         }
@@ -119,12 +126,27 @@ impl Lro {
     }
 
     fn one(&mut self, ctx: &mut Ctx<'_>, mut p: PktBuf) {
-        let lay = match TcpLayout::of(p.data()) {
-            Ok(lay) if !p.is_chained() => lay,
-            // Not TCP: no held flow is its. A chained frame (a jumbo
-            // one) is not parsed here: every flow goes first.
-            _ => {
-                if p.is_chained() {
+        let chained = p.is_chained();
+        let lay = if chained {
+            // A chain (a jumbo segment): its headers in its first buffer,
+            // no padding after its IP packet. A super-frame (it carries a
+            // segmentation request already) is not merged: its flow goes
+            // first and it passes as it is.
+            let gso = p.offload().is_some_and(|o| o.gso != Gso::None);
+            match TcpLayout::of_prefix(p.data(), p.pkt_len()) {
+                Ok(lay) if !gso && lay.end == p.pkt_len() => Ok(lay),
+                Ok(_) => Err(true),
+                Err(_) => Err(true),
+            }
+        } else {
+            TcpLayout::of(p.data()).map_err(|_| false)
+        };
+        let lay = match lay {
+            Ok(lay) => lay,
+            // Not TCP (no held flow is its), or a chain that cannot be
+            // merged (every flow goes first).
+            Err(flush) => {
+                if flush {
                     self.flush_all(ctx);
                 }
                 return ctx.emit(0, p);
@@ -133,7 +155,10 @@ impl Lro {
         let trusted = p
             .offload()
             .is_some_and(|o| o.has(ol::L4_CSUM) || o.has(ol::L4_CSUM_GOOD));
-        let payload = if trusted {
+        let payload = if chained {
+            let sum = gso::pieces_sum(p.segments(), lay.header_len(), lay.end);
+            (trusted || gso::verify_headers(p.data(), &lay, sum)).then_some(sum)
+        } else if trusted {
             Some(Sum::ZERO.add_bytes(&p.data()[lay.header_len()..lay.end]))
         } else {
             gso::verify_inner(p.data(), &lay)
@@ -159,7 +184,7 @@ impl Lro {
         };
         match found {
             Some((i, Verdict::Merge { then_flush }))
-                if self.flows[i].pkt.nb_segs() < MAX_SEGS
+                if self.flows[i].pkt.nb_segs() + p.nb_segs() <= MAX_SEGS
                     && self.flows[i].pkt.pool().same(p.pool()) =>
             {
                 let hl = lay.header_len();
@@ -167,7 +192,8 @@ impl Lro {
                 f.h.add(p.data(), &lay);
                 f.sum.add_sum(payload, lay.payload_len());
                 let _ = p.take_offload();
-                if p.set_len(lay.end).is_err() || p.adj(hl).is_err() || f.pkt.append(p).is_err() {
+                let trimmed = chained || p.set_len(lay.end).is_ok();
+                if !trimmed || p.adj(hl).is_err() || f.pkt.append(p).is_err() {
                     // Cannot happen (checked above); the flow goes as it is.
                     ctx.count_dropped(1);
                     return self.flush(ctx, i);

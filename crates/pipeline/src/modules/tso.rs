@@ -37,15 +37,19 @@ use std::collections::VecDeque;
 
 crate::modules::declare_class!("TSO" => build);
 
+/// Header bytes copied out of a frame to find its layout (headers
+/// longer than this are counted as `truncated`).
+const HDR_MAX: usize = 512;
+
 pub struct Tso {
     max_segments: usize,
     backlog: VecDeque<PktBuf>,
     backlog_cap: usize,
-    /// The frame being cut (the backlog's first), flattened, its layout
-    /// and MSS, and the next segment to send.
-    flat: Vec<u8>,
+    /// The first bytes (headers) of the frame being cut (the backlog's
+    /// first), its layout and MSS, and the next segment to send. The
+    /// payload is read from the frame's own buffers, never flattened.
+    hdr: Vec<u8>,
     cur: Option<(TcpLayout, usize, usize)>,
-    scratch: Vec<u8>,
     bad: [u64; 5],
     no_buffer: u64,
     backlog_full: u64,
@@ -59,9 +63,8 @@ impl Tso {
             max_segments,
             backlog: VecDeque::with_capacity(backlog),
             backlog_cap: backlog,
-            flat: Vec::with_capacity(64 * 1024 + 256),
+            hdr: Vec::with_capacity(HDR_MAX),
             cur: None,
-            scratch: Vec::with_capacity(16 * 1024),
             bad: [0; 5],
             no_buffer: 0,
             backlog_full: 0,
@@ -76,7 +79,7 @@ impl Tso {
         }
     }
 
-    /// Check the backlog's first frame and flatten it; a frame that
+    /// Check the backlog's first frame and copy its headers; a frame that
     /// cannot be cut is dropped here, with its reason.
     fn start(&mut self, ctx: &mut Ctx<'_>) -> bool {
         while let Some(p) = self.backlog.front() {
@@ -92,10 +95,18 @@ impl Tso {
                 }
                 continue;
             }
-            p.copy_frame_to(&mut self.flat);
-            let res = TcpLayout::of(&self.flat).and_then(|lay| {
+            let len = p.pkt_len();
+            self.hdr.clear();
+            for s in p.segments() {
+                let k = s.len().min(HDR_MAX - self.hdr.len());
+                self.hdr.extend_from_slice(&s[..k]);
+                if self.hdr.len() == HDR_MAX {
+                    break;
+                }
+            }
+            let res = TcpLayout::of_prefix(&self.hdr, len).and_then(|lay| {
                 let meta = meta.ok_or(GsoError::NotTcp)?;
-                gso::check_meta(&lay, &meta, self.flat.len())?;
+                gso::check_meta(&lay, &meta, len)?;
                 let mss = usize::from(meta.gso_size);
                 let n = lay.payload_len().div_ceil(mss).max(1);
                 if n > self.max_segments {
@@ -134,22 +145,36 @@ impl Tso {
             }
             let n = lay.payload_len().div_ceil(mss).max(1);
             let end = (next + room).min(n);
-            let (pool, meta) = (head.pool().clone(), *head.metadata());
-            let mut short = false;
-            let mut emitted = 0;
-            let res = gso::segment_range(&self.flat, &lay, mss, next..end, &mut self.scratch, |s| {
-                match pool.alloc_frame(s) {
-                    Ok(mut b) => {
+            let meta = *head.metadata();
+            let pool = head.pool();
+            let mut payload = gso::Pieces::new(head.segments());
+            let cut = if payload.skip(lay.header_len() + next * mss) {
+                gso::segment_chain(
+                    &self.hdr,
+                    &lay,
+                    mss,
+                    next..end,
+                    &mut payload,
+                    || pool.alloc(),
+                    |mut b| {
                         *b.metadata_mut() = meta;
                         ctx.emit(0, b);
-                        emitted += 1;
-                    }
-                    Err(_) => short = true,
+                    },
+                )
+            } else {
+                gso::Cut {
+                    emitted: 0,
+                    short: false,
+                    error: Some(GsoError::Truncated),
                 }
-            });
+            };
+            let (emitted, short) = (cut.emitted as u64, cut.short);
+            if let Some(e) = cut.error {
+                self.count(e);
+            }
             self.segments += emitted;
             ctx.count_created(emitted);
-            if short || res.is_err() {
+            if short || cut.error.is_some() {
                 self.no_buffer += u64::from(short);
                 self.cur = None;
                 if let Some(p) = self.backlog.pop_front() {

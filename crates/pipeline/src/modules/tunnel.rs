@@ -14,6 +14,9 @@
 //!   packet), with lengths that disagree, or whose inner frame is shorter
 //!   than an Ethernet header, are dropped and counted, with the reason
 //!   (`not_udp`, `bad_length`, `bad_header`, `truncated` statistics).
+//!   A chain (a super-frame a port took whole) is decapsulated in its
+//!   first buffer, which must hold the headers (else `truncated`); its
+//!   offload state follows (the tunnel's taken off).
 
 use super::classify::{ip, FxHasher};
 use crate::args::{ArgError, Args};
@@ -140,18 +143,23 @@ pub struct TunnelDecap {
 }
 
 impl TunnelDecap {
-    /// Bytes to strip, and the VNI, if `d` is a valid `kind` frame.
-    fn parse(kind: Kind, d: &[u8]) -> Result<(usize, u32), Bad> {
+    /// Bytes to strip, and the VNI, if `d` is a valid `kind` frame of
+    /// `len` bytes (`d` its first: a chain's first segment, which must
+    /// hold every header stripped and the inner Ethernet header).
+    fn parse(kind: Kind, d: &[u8], len: usize) -> Result<(usize, u32), Bad> {
         let (ihl, proto) = ip::header(d).ok_or(Bad::NotUdp)?;
         let total = u16::from_be_bytes([d[ip::ETH_LEN + 2], d[ip::ETH_LEN + 3]]) as usize;
         let frag = u16::from_be_bytes([d[ip::ETH_LEN + 6], d[ip::ETH_LEN + 7]]) & 0x3fff;
         if proto != 17 || frag != 0 {
             return Err(Bad::NotUdp);
         }
-        if total < ihl + 16 || ip::ETH_LEN + total > d.len() {
+        if total < ihl + 16 || ip::ETH_LEN + total > len {
             return Err(Bad::Length);
         }
         let udp = ip::ETH_LEN + ihl;
+        if udp + 16 > d.len() {
+            return Err(Bad::Truncated);
+        }
         let udp_len = u16::from_be_bytes([d[udp + 4], d[udp + 5]]) as usize;
         if udp_len != total - ihl {
             return Err(Bad::Length);
@@ -164,7 +172,7 @@ impl TunnelDecap {
         };
         let strip = udp + 16 + opts;
         let end = ip::ETH_LEN + total;
-        if strip + 14 > end {
+        if strip + 14 > end || strip + 14 > d.len() {
             return Err(Bad::Truncated);
         }
         Ok((strip, u32::from_be_bytes([0, t[4], t[5], t[6]])))
@@ -186,8 +194,8 @@ impl Module for TunnelDecap {
         let before = batch.len();
         let (kind, bad) = (self.kind, &mut self.bad);
         batch.retain(|p| {
-            let d = p.data();
-            let (strip, vni) = match Self::parse(kind, d) {
+            let (d, len) = (p.data(), p.pkt_len());
+            let (strip, vni) = match Self::parse(kind, d, len) {
                 Ok(v) => v,
                 Err(why) => {
                     bad[why as usize] += 1;
@@ -198,9 +206,18 @@ impl Module for TunnelDecap {
             let (mut src, mut dst) = ([0u8; 4], [0u8; 4]);
             src.copy_from_slice(&d[ip::IP_SRC..ip::IP_SRC + 4]);
             dst.copy_from_slice(&d[ip::IP_DST..ip::IP_DST + 4]);
-            // Ethernet padding after the IPv4 packet goes too.
+            // Ethernet padding after the IPv4 packet goes too. A chain
+            // (a super-frame a port took whole) has none.
             let keep = ip::ETH_LEN + total - strip;
-            if p.adj(strip).is_err() || p.set_len(keep).is_err() {
+            if p.is_chained() {
+                if len != ip::ETH_LEN + total {
+                    bad[Bad::Length as usize] += 1;
+                    return false;
+                }
+                if p.adj(strip).is_err() {
+                    return false;
+                }
+            } else if p.adj(strip).is_err() || p.set_len(keep).is_err() {
                 return false;
             }
             ctx.attr(0).set_bytes(p, &src);

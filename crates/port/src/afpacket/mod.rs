@@ -1,4 +1,4 @@
-//! `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2|3][,block_ms=N]`:
+//! `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2|3][,block_ms=N][,tso=1]`:
 //! AF_PACKET sockets on a kernel interface.
 //!
 //! Each queue is one packet socket with an RX ring and a TX ring
@@ -45,13 +45,24 @@
 //! it). A partial checksum at an offset nfkit does not parse (IPv6
 //! extension headers, unknown tunnels) is completed here in software.
 //! Capabilities: `tx-l4-csum tx-inner-l4-csum rx-l4-csum
-//! rx-partial-csum`; the kernel's segmentation is not offered (a buffer
-//! holds one frame), and received super-frames are cut here.
+//! rx-partial-csum`; without `tso=1` the kernel's segmentation is not
+//! offered and received super-frames are cut here.
 //! A super-frame from segmentation offload (TSO: up to 64 KiB) does not
 //! fit a slot; with `PACKET_COPY_THRESH` (TPACKET_V2) the kernel also
 //! queues it whole on the socket, where nfkit reads it and cuts it into
 //! MTU-sized segments as the NIC the sender expected would have
-//! ([`nfkit_packet::offload::segment`]). Jumbo frames (MTU up to 65,535)
+//! ([`nfkit_packet::offload::segment`]). With `tso=1` a TCP
+//! super-frame (plain, or in VXLAN/Geneve) is not cut: it becomes a
+//! chain carrying its segmentation request (`gso` TCP, `gso_size`,
+//! header lengths, checksum state: its `virtio_net_hdr` checked against
+//! its own headers, a lying one dropped and counted in `rx_errors`),
+//! for the pipeline's `TSO` or a port that segments (a TAP takes it
+//! whole); capability `lro`. It also sends a plain TCP super-frame
+//! (no tunnel: `virtio_net_hdr` has no way to say one to a packet
+//! socket) whole, its request in the `virtio_net_hdr` of one `sendmsg`
+//! on the gathering socket, and the kernel segments it (the
+//! interface's TSO, or GSO in software): capability `tso`, 64 KiB
+//! frames. Jumbo frames (MTU up to 65,535)
 //! arrive the same way, or whole in their slot, and become chained
 //! buffers; frames larger than a TX slot are sent with one `sendmsg`
 //! gathering their segments, on a second socket without rings (one
@@ -98,6 +109,9 @@ const MAX_FRAME: usize = 65_535 + ETH_HLEN + VLAN_HLEN;
 /// The largest frame the kernel hands over whole (a 64 KiB GSO
 /// super-frame with its Ethernet header and tag), with its vnet header.
 const SUPER_FRAME: usize = VNET_HDR_LEN + 65_536 + ETH_HLEN + 2 * VLAN_HLEN;
+/// The largest super-frame sent whole with `tso=1` (64 KiB of IP, its
+/// Ethernet header and a tag).
+const GSO_MAX: usize = 65_535 + ETH_HLEN + VLAN_HLEN;
 /// Segments one super-frame may be cut into (64 KiB at an MSS of 536,
 /// TCP's smallest default, is 123).
 const MAX_SEGMENTS: usize = 128;
@@ -121,6 +135,9 @@ struct Queue {
     /// Segments cut from a super-frame that did not fit the caller's
     /// batch; handed over first next time (at most [`MAX_SEGMENTS`]).
     pending: VecDeque<PktBuf>,
+    /// `tso=1`: TCP super-frames are passed on whole (a chain with its
+    /// segmentation request), not cut.
+    tso: bool,
 }
 
 impl Queue {
@@ -135,6 +152,22 @@ impl Queue {
         };
         let (hdr, frame) = self.whole[..n].split_at_mut(VNET_HDR_LEN);
         let gso_type = hdr[ring::VNET_GSO_TYPE_AT];
+        if self.tso && matches!(gso_type & 0x0f, 1 | 4) {
+            // Whole, as the chain it is, with its request (the kernel's
+            // UDP-tunnel bits 0x20/0x40 dropped: the frame's own headers
+            // say where the tunnel is). A request that lies is dropped.
+            let Some(o) = super_frame_offload(hdr, frame) else {
+                return false;
+            };
+            match cache.pool().alloc_frame(frame) {
+                Ok(mut c) => {
+                    c.set_offload(o);
+                    self.pending.push_back(c);
+                }
+                Err(_) => self.stats.rx_dropped += 1,
+            }
+            return true;
+        }
         let rd16 = |at: usize| usize::from(u16::from_ne_bytes([hdr[at], hdr[at + 1]]));
         let mss = rd16(ring::VNET_GSO_SIZE_AT);
         if gso_type == 0 && hdr[0] & ring::VNET_F_NEEDS_CSUM != 0 {
@@ -210,6 +243,33 @@ impl Queue {
     }
 }
 
+/// The offload state of a TCP super-frame read whole (`tso=1`): its
+/// `virtio_net_hdr` checked against its own headers, as TAP and
+/// vhost-user do; `None` when they disagree (a segment size of 0 or
+/// larger than the frame, a header length or checksum offset not the
+/// frame's, a frame over 64 KB of IP).
+fn super_frame_offload(hdr: &[u8], frame: &[u8]) -> Option<ol::Offload> {
+    if frame.len() > GSO_MAX {
+        return None;
+    }
+    let mut h = [0u8; VNET_HDR_LEN];
+    h.copy_from_slice(hdr.get(..VNET_HDR_LEN)?);
+    h[ring::VNET_GSO_TYPE_AT] &= 0x0f | nfkit_packet::offload_meta::VNET_GSO_ECN;
+    let mut o = nfkit_packet::offload_meta::from_virtio_net_hdr(&h, frame).ok()??;
+    let lay = nfkit_packet::gso::TcpLayout::of(frame).ok()?;
+    nfkit_packet::gso::check_meta(&lay, &o, frame.len()).ok()?;
+    let l3 = if lay.o.outer_l2_len > 0 {
+        usize::from(lay.o.outer_l2_len)
+    } else {
+        usize::from(lay.o.l2_len)
+    };
+    if o.gso != ol::Gso::Tcp || lay.end - l3 > 65_535 {
+        return None;
+    }
+    o.flags &= ol::L4_CSUM | ol::L4_CSUM_GOOD | ol::GSO_ECN;
+    Some(o)
+}
+
 pub struct AfPacketPort {
     name: String,
     ifname: String,
@@ -233,6 +293,8 @@ pub struct AfPacketPort {
     warned_tx_len: bool,
     warned_tx: bool,
     error: Option<PortError>,
+    /// `tso=1` (see [`Queue::tso`]).
+    tso: bool,
 }
 
 /// Fanout group ids handed out in this process (one per multi-queue port).
@@ -253,7 +315,7 @@ impl AfPacketPort {
         });
         let rx_slots = spec.ring.unwrap_or(DEFAULT_RX_SLOTS);
         let queues = (0..spec.queues)
-            .map(|_| open_queue(name, ifindex, spec.tpacket, rx_slots, fanout))
+            .map(|_| open_queue(name, ifindex, spec.tpacket, rx_slots, fanout, spec.tso))
             .collect::<Result<Vec<_>, _>>()?;
         // TPACKET_V2 receives a frame larger than a slot whole from the
         // socket (PACKET_COPY_THRESH); V3 has no such path.
@@ -273,6 +335,8 @@ impl AfPacketPort {
             mac: crate::netdev::read_mac(&spec.iface).unwrap_or([0; 6]),
             mtu,
             max_frame: match spec.tpacket {
+                // Super-frames, each way.
+                TpacketVersion::V2 if spec.tso => GSO_MAX,
                 TpacketVersion::V2 => mtu + ETH_HLEN + VLAN_HLEN,
                 _ => room,
             },
@@ -280,6 +344,7 @@ impl AfPacketPort {
             warned_tx_len: false,
             warned_tx: false,
             error: None,
+            tso: spec.tso,
         })
     }
 }
@@ -318,6 +383,7 @@ fn open_queue(
     version: TpacketVersion,
     rx_slots: usize,
     fanout: Option<u32>,
+    tso: bool,
 ) -> Result<Queue, PortError> {
     let os = |what: &str| {
         let what = what.to_string();
@@ -375,6 +441,13 @@ fn open_queue(
         &1,
     )
     .map_err(os("PACKET_QDISC_BYPASS"))?;
+    if tso {
+        // Super-frames go out whole with their segmentation request in
+        // a `virtio_net_hdr` (the kernel segments, in the interface's
+        // hardware or in software on the way out).
+        sys::setsockopt(big_tx.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1)
+            .map_err(os("PACKET_VNET_HDR"))?;
+    }
     sys::bind_packet(big_tx.as_fd(), ifindex, 0).map_err(os("cannot bind to the interface"))?;
     Ok(Queue {
         ring,
@@ -385,6 +458,7 @@ fn open_queue(
         whole: vec![0; SUPER_FRAME],
         scratch: Vec::with_capacity(SUPER_FRAME),
         pending: VecDeque::with_capacity(MAX_SEGMENTS),
+        tso,
     })
 }
 
@@ -545,7 +619,7 @@ impl Port for AfPacketPort {
                 let Some(b) = q.pending.pop_front() else {
                     break;
                 };
-                q.stats.rx_bytes += b.len() as u64;
+                q.stats.rx_bytes += b.pkt_len() as u64;
                 batch.push(b);
                 n += 1;
             }
@@ -618,7 +692,7 @@ impl Port for AfPacketPort {
     }
 
     fn tx_batch(&mut self, queue: usize, batch: &mut Batch) -> usize {
-        let mtu = self.mtu;
+        let (mtu, tso) = (self.mtu, self.tso);
         let Some(q) = self.queues.get_mut(queue.wrapping_sub(self.base)) else {
             return 0;
         };
@@ -633,16 +707,42 @@ impl Port for AfPacketPort {
                 .offload()
                 .filter(|o| o.has(ol::L4_CSUM))
                 .and_then(|o| Some((u16::try_from(o.l4_start()).ok()?, o.l4.csum_offset()?)));
-            if !sendable(frame, b.pkt_len(), mtu) {
+            // With `tso=1`, a TCP super-frame (its request checked by
+            // the pipeline against this port's capabilities) goes whole.
+            let gso = tso
+                && b.offload().is_some_and(|o| {
+                    o.gso == ol::Gso::Tcp
+                        && o.tunnel == ol::Tunnel::None
+                        && o.gso_size > 0
+                        && b.pkt_len() <= GSO_MAX
+                });
+            if !gso && !sendable(frame, b.pkt_len(), mtu) {
                 refused += 1;
-            } else if b.is_chained() || frame.len() > TX_ROOM {
+            } else if gso || b.is_chained() || frame.len() > TX_ROOM {
                 // Larger than a TX slot: gathered straight to the socket,
-                // after what waits on the ring.
+                // after what waits on the ring (with `tso=1`, behind its
+                // `virtio_net_hdr`).
                 if q.ring.tx_waiting() {
                     let _ = sys::kick_tx(q.fd.as_fd());
                 }
-                let parts: Vec<&[u8]> = b.segments().collect();
-                match sys::send_parts(q.big_tx.as_fd(), &parts) {
+                let vnet = if tso {
+                    b.offload()
+                        .map(nfkit_packet::offload_meta::to_virtio_net_hdr)
+                        .unwrap_or([0; VNET_HDR_LEN])
+                } else {
+                    [0; VNET_HDR_LEN]
+                };
+                let mut parts = [&[][..]; 1 + nfkit_hw::MAX_SEGS];
+                let mut k = 0;
+                if tso {
+                    parts[0] = &vnet[..];
+                    k = 1;
+                }
+                for (slot, seg) in parts[k..].iter_mut().zip(b.segments()) {
+                    *slot = seg;
+                    k += 1;
+                }
+                match sys::send_parts(q.big_tx.as_fd(), &parts[..k]) {
                     Ok(_) => {
                         q.stats.tx_packets += 1;
                         q.stats.tx_bytes += b.pkt_len() as u64;
@@ -724,8 +824,13 @@ impl Port for AfPacketPort {
     /// out) and reports partial and verified checksums of received
     /// frames.
     fn capabilities(&self) -> Caps {
+        let lro = if self.tso {
+            cap::RX_LRO | cap::TX_TSO
+        } else {
+            0
+        };
         Caps::new(
-            cap::TX_L4_CSUM | cap::TX_INNER_L4_CSUM | cap::RX_L4_CSUM | cap::RX_PARTIAL_CSUM,
+            cap::TX_L4_CSUM | cap::TX_INNER_L4_CSUM | cap::RX_L4_CSUM | cap::RX_PARTIAL_CSUM | lro,
             (self.mtu + ETH_HLEN + VLAN_HLEN) as u32,
         )
     }
@@ -773,6 +878,7 @@ impl Port for AfPacketPort {
                     warned_tx_len: false,
                     warned_tx: false,
                     error: None,
+                    tso: self.tso,
                 }) as Box<dyn Port>
             })
             .collect();
@@ -808,5 +914,46 @@ mod tests {
         // Jumbo frames (past a TX slot) go straight to the socket.
         assert!(ok(plain(9014), 9000));
         assert!(!ok(plain(9015), 9000));
+    }
+
+    /// `tso=1`: a super-frame's `virtio_net_hdr` that lies is refused
+    /// (the caller drops and counts the frame), never followed.
+    #[test]
+    fn super_frame_headers_that_lie_are_refused() {
+        let (a, z) = (
+            std::net::Ipv4Addr::new(10, 0, 0, 1),
+            std::net::Ipv4Addr::new(10, 0, 0, 2),
+        );
+        let f = nfkit_packet::FrameBuilder::tcp((a, 1), (z, 2))
+            .payload(&[7; 3000])
+            .build();
+        // NEEDS_CSUM, TCPV4 (with the kernel's tunnel bit), hdr_len 54,
+        // gso_size 1448, csum_start 34, csum_offset 16.
+        let hdr = |gso_type: u8, hdr_len: u16, mss: u16, start: u16| {
+            let mut h = [0u8; VNET_HDR_LEN];
+            h[0] = ring::VNET_F_NEEDS_CSUM;
+            h[1] = gso_type;
+            h[2..4].copy_from_slice(&hdr_len.to_ne_bytes());
+            h[4..6].copy_from_slice(&mss.to_ne_bytes());
+            h[6..8].copy_from_slice(&start.to_ne_bytes());
+            h[8..10].copy_from_slice(&16u16.to_ne_bytes());
+            h
+        };
+        let o = super_frame_offload(&hdr(1, 54, 1448, 34), &f).unwrap();
+        assert_eq!((o.gso, o.gso_size), (ol::Gso::Tcp, 1448));
+        assert!(super_frame_offload(&hdr(0x21, 54, 1448, 34), &f).is_some());
+        for (what, h) in [
+            ("gso_size 0", hdr(1, 54, 0, 34)),
+            ("gso_size past the frame", hdr(1, 54, 9000, 34)),
+            ("checksum start not the TCP header", hdr(1, 54, 1448, 30)),
+            ("TCPV6 on IPv4", hdr(4, 54, 1448, 34)),
+        ] {
+            assert!(super_frame_offload(&h, &f).is_none(), "{what}");
+        }
+        assert!(super_frame_offload(&hdr(1, 54, 1448, 34), &f[..40]).is_none());
+        let mut huge = f.clone();
+        huge.resize(70_000, 0);
+        huge[16..18].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert!(super_frame_offload(&hdr(1, 54, 1448, 34), &huge).is_none());
     }
 }
