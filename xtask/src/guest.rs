@@ -24,7 +24,8 @@
 //! this program (`wire.rs`). The guest runs `nfkit pktgen --rx` on both
 //! NICs (we count the frames and reflect them back), then `nfkit fwd`
 //! between them (we inject frames into each NIC and count them out of
-//! the other).
+//! the other, and one 9,000-byte frame each way, which must come out
+//! byte-exact: the driver's MRG_RXBUF receive and chained transmit).
 //!
 //! Everything is built under `target/guest/`:
 //!
@@ -380,15 +381,38 @@ fn check_pci(console: &str, counts: &wire::Counts, vfio: bool) -> Result<Outcome
             bail!("fwd {} -> {}: too few frames", names[i], names[1 - i]);
         }
     }
+    // A 9,000-byte frame each way through the VirtIO PCI driver (legacy
+    // in, modern out, and back): chains both ways, byte-exact.
+    for i in 0..2 {
+        eprintln!(
+            "  fwd {} -> {}: {}-byte frame sent {} times, came out byte-exact {} times{}",
+            names[i],
+            names[1 - i],
+            wire::JUMBO_LEN,
+            counts.jumbo_sent[i],
+            counts.jumbo_exact[i],
+            counts.jumbo_bad[i].map_or(String::new(), |n| format!(", changed ({n} bytes)"))
+        );
+        if counts.jumbo_exact[i] == 0 || counts.jumbo_bad[i].is_some() {
+            bail!(
+                "fwd {} -> {}: the {}-byte frame did not cross byte-exact",
+                names[i],
+                names[1 - i],
+                wire::JUMBO_LEN
+            );
+        }
+    }
     Ok(Outcome::Passed(format!(
-        "pktgen sent {}/{} back {}/{}, fwd crossed {}/{} of {}{idle}",
+        "pktgen sent {}/{} back {}/{}, fwd crossed {}/{} of {}, jumbo {}/{}{idle}",
         results[0].0,
         results[1].0,
         results[0].1,
         results[1].1,
         counts.crossed[0],
         counts.crossed[1],
-        wire::FWD_FRAMES
+        wire::FWD_FRAMES,
+        counts.jumbo_exact[0],
+        counts.jumbo_exact[1]
     )))
 }
 

@@ -31,7 +31,9 @@
 //! DUT thread's CPU time at the nominal clock over the frames that came
 //! out, median of [`SAT_RUNS`] windows (and the median rate beside it).
 //! On a machine with fewer cores than threads the DUT also polls while
-//! the tester or a model waits for a core: an upper bound.
+//! the tester or a model waits for a core: an upper bound. With two
+//! cores or more the tester runs on core 0 and a forwarding DUT thread
+//! on core 1 (a pipeline's workers are not pinned).
 
 use anyhow::{anyhow, bail, Context, Result};
 use nfkit_ixgbe_model::Wire;
@@ -111,6 +113,9 @@ impl Dut {
         let task = Arc::new(OnceLock::new());
         let (s, t) = (stop.clone(), task.clone());
         let handle = std::thread::spawn(move || {
+            if core_ids() >= 2 {
+                core_affinity::set_for_current(core_affinity::CoreId { id: 1 });
+            }
             if let Ok(me) = std::fs::read_link("/proc/thread-self") {
                 let _ = t.set(std::path::Path::new("/proc").join(me));
             }
@@ -400,6 +405,11 @@ impl Drop for SocketFiles {
     }
 }
 
+/// Cores this process may run on.
+fn core_ids() -> usize {
+    core_affinity::get_core_ids().map_or(0, |c| c.len())
+}
+
 /// A probe frame: `seq` after the (experimental) ethertype.
 fn probe(seq: u64, dst: [u8; 6]) -> [u8; 60] {
     let mut f = [0u8; 60];
@@ -537,7 +547,13 @@ pub fn idle(kinds: &[String], seconds: f64, samples: usize) -> Result<Vec<Row>> 
             ("poll", IdleOptions::polling()),
             ("hybrid", IdleOptions::default()),
         ] {
-            let row = match measure(kind, mode, opts, seconds, samples, ghz) {
+            // Its own thread, so that pinning the tester leaves the main
+            // thread (and the next set-up's pipeline workers) unpinned.
+            let run = std::thread::spawn(move || measure(kind, mode, opts, seconds, samples, ghz));
+            let measured = run
+                .join()
+                .unwrap_or_else(|_| Err(anyhow!("the measuring thread panicked")));
+            let row = match measured {
                 Ok(r) => r,
                 Err(e) => {
                     println!("{kind:<12} {mode:<7} skipped: {e:#}");
@@ -575,6 +591,12 @@ fn measure(
     ghz: f64,
 ) -> Result<Row> {
     let mut s = setup(kind, opts)?;
+    // The tester on core 0, a forwarding DUT thread on core 1 (as `bench
+    // rfc2544` does): a DUT woken onto the tester's core would measure
+    // the scheduler. A pipeline's workers are left where they are.
+    if core_ids() >= 2 {
+        core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
+    }
     // Links up, rings live, the kernel's first frames gone by.
     std::thread::sleep(Duration::from_millis(500));
     s.tester.drain(|_| {});

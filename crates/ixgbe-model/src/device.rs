@@ -774,6 +774,9 @@ impl Device {
                     )
                 });
             }
+            if dir == Dir::Tx {
+                self.check_tx_threshold(n);
+            }
         }
         let mut ctl = self.ctl.lock();
         self.schedule(
@@ -781,6 +784,30 @@ impl Device {
             now + QUEUE_ENABLE_DELAY,
             Event::QueueEnable(dir, n, want != 0),
         );
+    }
+
+    /// §8.2.3.9.16, §4.6.11.3.4: TXPBTHRESH(0) must leave room in the
+    /// transmit packet buffer for the largest frame: at most the buffer's
+    /// size in KB less that frame in KB, rounded up (1518 bytes, or
+    /// MAXFRS.MFS with HLREG0.JUMBOEN). Checked as a transmit queue is
+    /// enabled, when both are set.
+    fn check_tx_threshold(&self, n: usize) {
+        let size_kb = (self.regs.get(off::TXPBSIZE0) >> 10) & 0x3FF;
+        let thresh = self.regs.get(off::TXPBTHRESH0) & 0x3FF;
+        let largest = if self.regs.get(off::HLREG0) & HLREG0_JUMBOEN != 0 {
+            self.regs.get(off::MAXFRS) >> 16
+        } else {
+            1518
+        };
+        let room = size_kb.saturating_sub(largest.div_ceil(1024));
+        if thresh > room {
+            self.strict.record("8.2.3.9.16", || {
+                format!(
+                    "TXDCTL[{n}].ENABLE with TXPBTHRESH(0) = {thresh} KB: a {largest}-byte frame needs it at most {size_kb} - {} = {room} KB (the packet buffer less the largest frame, §4.6.11.3.4)",
+                    largest.div_ceil(1024)
+                )
+            });
+        }
     }
 
     /// A queue can be enabled when its ring is valid: aligned base, length a

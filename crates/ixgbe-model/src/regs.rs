@@ -393,6 +393,7 @@ pub mod off {
     pub const SECRXSTAT: usize = 0x08D04;
     pub const RXPBSIZE0: usize = 0x03C00;
     pub const TXPBSIZE0: usize = 0x0CC00;
+    pub const TXPBTHRESH0: usize = 0x04950;
 
     pub fn ral(n: usize) -> usize {
         0x0A200 + 8 * n

@@ -216,6 +216,32 @@ fn tx_queue_enabled_before_dmatxctl_te() {
 }
 
 #[test]
+fn tx_threshold_must_leave_room_for_the_largest_frame() {
+    const MAXFRS: usize = 0x04268;
+    const TXPBTHRESH0: usize = 0x04950;
+    const JUMBOEN: u32 = 1 << 2;
+    // Standard frames: 0xA0 - 2 (a 1518-byte frame is 2 KB rounded up).
+    let b = ready();
+    b.wr(TXPBTHRESH0, 0xA0 - 2);
+    let _tx = b.tx_queue(0, 128, false);
+    b.assert_clean();
+    // Jumbo frames of 9018 bytes with the standard threshold: flagged.
+    let b = ready();
+    b.set(r::HLREG0, JUMBOEN);
+    b.wr(MAXFRS, 9018 << 16);
+    b.wr(TXPBTHRESH0, 0xA0 - 2);
+    let _tx = b.tx_queue(0, 128, false);
+    assert!(b.flagged("8.2.3.9.16"), "{:?}", b.violations());
+    // ... and with the threshold computed from the frame: clean.
+    let b = ready();
+    b.set(r::HLREG0, JUMBOEN);
+    b.wr(MAXFRS, 9018 << 16);
+    b.wr(TXPBTHRESH0, 0xA0 - 9);
+    let _tx = b.tx_queue(0, 128, false);
+    b.assert_clean();
+}
+
+#[test]
 fn enable_on_an_unconfigured_queue() {
     let b = ready();
     b.set(r::rxdctl(9), ENABLE);

@@ -84,6 +84,9 @@ pub struct DeviceStats {
     pub rx_crc_errors: u64,
     /// Frames with a length error (RLEC).
     pub rx_length_errors: u64,
+    /// Frames dropped as longer than the largest frame (ROC): jumbo
+    /// frames while `DeviceConfig::max_frame` is 1518 (no `mtu=`).
+    pub rx_oversize: u64,
     /// Per-queue counter sets: queue q counts in set q mod 16.
     pub queues: [QueueHwStats; regs::QUEUE_STAT_SETS],
 }
@@ -182,11 +185,18 @@ impl<B: Bar + 'static> Device<B> {
         }
         let done = init::initialize(pci, &*clock, &config)?;
         tracing::info!(
-            "82599 {} up: MAC {:02x?}, {} rx / {} tx queues",
+            "82599 {} up: MAC {:02x?}, {} rx / {} tx queues, largest frame {} bytes with CRC ({}), receive checksum verdicts {}",
             pci.address(),
             done.mac,
             config.rx_queues,
-            config.tx_queues
+            config.tx_queues,
+            config.max_frame,
+            if config.max_frame > STD_MAX_FRAME {
+                "jumbo frames on"
+            } else {
+                "standard frames"
+            },
+            if config.rx_checksum { "on" } else { "off" }
         );
         let flags = |n: usize| (0..n).map(|_| AtomicBool::new(false)).collect();
         Ok(Device {
@@ -292,6 +302,7 @@ impl<B: Bar> Device<B> {
         }
         s.rx_crc_errors += r.read(&regs::CRCERRS, 0) as u64;
         s.rx_length_errors += r.read(&regs::RLEC, 0) as u64;
+        s.rx_oversize += r.read(&regs::ROC, 0) as u64;
         *s
     }
 

@@ -362,15 +362,16 @@ impl<B: Bar> Init<'_, B> {
         for i in 1..regs::TXPBSIZE.count() {
             r.write(&regs::TXPBSIZE, i, 0);
         }
-        // DEVIATION (§4.6.11.3.4): the threshold is the buffer size (KB)
-        // minus the largest packet (KB), §8.2.3.9.16; the largest packet is
-        // taken as a whole 2 KB buffer rather than the longest frame
-        // (1522 bytes, JUMBOEN = 0), as TinyNF does: 0xA0 - 2.
+        // §4.6.11.3.4 (DCB off) and §8.2.3.9.16: TXPBTHRESH(0).THRESH is
+        // the packet buffer's size in KB less the largest packet sent, in
+        // KB rounded up, so that a whole packet always fits once the
+        // threshold lets it in: 0xA0 - 2 with standard frames (1518
+        // bytes, what TinyNF sets), 0xA0 - 9 with 9,018-byte jumbo frames.
         r.set_field(
             &regs::TXPBTHRESH,
             0,
             regs::txpbthresh::THRESH_MASK,
-            0xA0 - 2,
+            tx_threshold_kb(self.cfg.max_frame),
         );
         // Largest number of outstanding bytes per read request.
         r.set_field(
@@ -434,4 +435,27 @@ pub(crate) fn read_mac<B: Bar>(r: &Regs<B>) -> [u8; 6] {
     let low = r.read(&regs::RAL, 0).to_le_bytes();
     let high = r.read(&regs::RAH, 0).to_le_bytes();
     [low[0], low[1], low[2], low[3], high[0], high[1]]
+}
+
+/// TXPBSIZE(0)'s reset value, kept (§8.2.3.9.13): 160 KB.
+const TX_PACKET_BUFFER_KB: u32 = 0xA0;
+
+/// TXPBTHRESH(0).THRESH for frames of up to `max_frame` bytes (CRC
+/// included): the transmit packet buffer (KB) less the largest frame in
+/// KB, rounded up (§8.2.3.9.16, §4.6.11.3.4).
+pub(crate) fn tx_threshold_kb(max_frame: u32) -> u32 {
+    TX_PACKET_BUFFER_KB - max_frame.div_ceil(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tx_threshold_kb;
+
+    #[test]
+    fn the_transmit_threshold_leaves_room_for_the_largest_frame() {
+        assert_eq!(tx_threshold_kb(1518), 0xA0 - 2);
+        assert_eq!(tx_threshold_kb(2048), 0xA0 - 2);
+        assert_eq!(tx_threshold_kb(9018), 0xA0 - 9);
+        assert_eq!(tx_threshold_kb(crate::device::MAX_JUMBO_FRAME), 0xA0 - 16);
+    }
 }

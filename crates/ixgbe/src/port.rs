@@ -9,7 +9,9 @@ use crate::{
 };
 use nfkit_hw::pool::{Mempool, DEFAULT_BUF_SIZE};
 use nfkit_hw::{Bar, Batch, Clock, DmaAllocator, PciAddress, PciFunction, SystemClock};
-use nfkit_port::{LinkStatus, OpenOptions, Opener, Port, PortError, PortSpec, QueueStats, RxWake};
+use nfkit_port::{
+    LinkStatus, NicOptions, OpenOptions, Opener, Port, PortError, PortSpec, QueueStats, RxWake,
+};
 use std::sync::Arc;
 
 /// Ring slots per queue.
@@ -149,9 +151,12 @@ impl<B: Bar + 'static> Port for IxgbePort<B> {
             s.tx_errors = c.errors;
         }
         if queue == 0 && self.base == 0 {
-            // Device-wide drops (no descriptor, packet buffer full) are
-            // only counted per device: reported on queue 0.
-            s.rx_dropped = self.dev.stats().rx_dropped();
+            // Device-wide drops (no descriptor, packet buffer full) and
+            // oversize frames are only counted per device: reported on
+            // queue 0.
+            let d = self.dev.stats();
+            s.rx_dropped = d.rx_dropped();
+            s.rx_errors += d.rx_oversize;
         }
         s
     }
@@ -255,13 +260,40 @@ pub fn init_device<P: PciFunction>(
 where
     P::Bar: 'static,
 {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
-    let config = DeviceConfig {
+    init_device_with(pci, dma, queues, &NicOptions::default())
+}
+
+// The spec parser bounds `mtu=` by the driver's largest frame.
+const _: () = assert!(
+    nfkit_port::spec::MAX_NIC_MTU + nfkit_port::spec::MTU_OVERHEAD
+        == crate::device::MAX_JUMBO_FRAME
+);
+
+/// The device configuration a port spec's options ask for: `mtu=` sets
+/// the largest frame (MTU + 18, jumbo frames above 1518), `rx_csum=on`
+/// the receive checksum verdicts.
+pub fn device_config(queues: usize, opts: &NicOptions) -> DeviceConfig {
+    DeviceConfig {
         rx_queues: queues,
         tx_queues: queues,
+        max_frame: opts.max_frame(),
+        rx_checksum: opts.rx_csum,
         ..DeviceConfig::default()
-    };
-    Device::init(pci, dma, clock, config)
+    }
+}
+
+/// [`init_device`] with a spec's options ([`device_config`]).
+pub fn init_device_with<P: PciFunction>(
+    pci: &P,
+    dma: Arc<dyn DmaAllocator>,
+    queues: usize,
+    opts: &NicOptions,
+) -> Result<Device<P::Bar>, InitError>
+where
+    P::Bar: 'static,
+{
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::default());
+    Device::init(pci, dma, clock, device_config(queues, opts))
 }
 
 /// Where `sim:N` devices come from: something above this driver that
@@ -285,12 +317,13 @@ pub fn open_sim<S: SimSource>(
     n: usize,
     name: &str,
     queues: usize,
+    opts: &NicOptions,
 ) -> Result<Box<dyn Port>, PortError>
 where
     <S::Pci as PciFunction>::Bar: 'static,
 {
     let (pci, dma) = sim.create(n)?;
-    let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
+    let dev = init_device_with(&pci, dma.clone(), queues, opts).map_err(init_err(name))?;
     let mut port = IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?;
     port.enable_interrupts(&pci)?;
     Ok(Box::new(port))
@@ -305,6 +338,7 @@ pub fn open_pci(
     addr: PciAddress,
     name: &str,
     queues: usize,
+    nic: &NicOptions,
     force: bool,
 ) -> Result<Box<dyn Port>, PortError> {
     let hw = |e: nfkit_hw::HwError| PortError::Hw {
@@ -318,7 +352,7 @@ pub fn open_pci(
         let container = nfkit_hw::vfio::VfioContainer::open().map_err(hw)?;
         let pci = container.device(addr).map_err(hw)?;
         let dma: Arc<dyn DmaAllocator> = Arc::new(container);
-        let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
+        let dev = init_device_with(&pci, dma.clone(), queues, nic).map_err(init_err(name))?;
         let mut port = IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?;
         port.enable_interrupts(&pci)?;
         return Ok(Box::new(port));
@@ -329,7 +363,7 @@ pub fn open_pci(
         .take_from_kernel(&nfkit_hw::linux::NetView::live(), None, force)
         .map_err(hw)?;
     let dma: Arc<dyn DmaAllocator> = Arc::new(nfkit_hw::linux::HugepageDma::new().map_err(hw)?);
-    let dev = init_device(&pci, dma.clone(), queues).map_err(init_err(name))?;
+    let dev = init_device_with(&pci, dma.clone(), queues, nic).map_err(init_err(name))?;
     let mut port = IxgbePort::new(name, dev, &*dma).map_err(init_err(name))?;
     // uio_pci_generic has no MSI-X: this logs it and the port is polled
     port.enable_interrupts(&pci)?;
@@ -338,7 +372,8 @@ pub fn open_pci(
 
 /// The opener of 82599 ports: `pci:ADDR` (any PCI device a registry asks
 /// about: add VirtIO's opener after this one so that it is asked first)
-/// and `sim:N` from `sim`, each with `queues` queue pairs.
+/// and `sim:N` from `sim`, each with `queues` queue pairs and the spec's
+/// `mtu=` and `rx_csum=` ([`device_config`]).
 pub fn opener<S: SimSource + 'static>(queues: usize, sim: Arc<S>) -> impl Opener
 where
     <S::Pci as PciFunction>::Bar: 'static,
@@ -346,8 +381,8 @@ where
     move |spec: &PortSpec, opts: &OpenOptions| {
         let name = spec.to_string();
         match spec {
-            PortSpec::Sim(n) => Some(open_sim(&*sim, *n, &name, queues)),
-            PortSpec::Pci(addr) => Some(open_pci(*addr, &name, queues, opts.force)),
+            PortSpec::Sim(n, nic) => Some(open_sim(&*sim, *n, &name, queues, nic)),
+            PortSpec::Pci(addr, nic) => Some(open_pci(*addr, &name, queues, nic, opts.force)),
             _ => None,
         }
     }
@@ -355,13 +390,14 @@ where
 
 impl crate::DeviceStats {
     /// The device-wide counters as a port's: misses and descriptor
-    /// shortages are receive drops, CRC and length errors receive errors.
+    /// shortages are receive drops, CRC and length errors and oversize
+    /// frames receive errors.
     pub fn as_port_stats(&self) -> QueueStats {
         QueueStats {
             rx_packets: self.rx_packets,
             rx_bytes: self.rx_bytes,
             rx_dropped: self.rx_missed + self.rx_no_descriptor,
-            rx_errors: self.rx_crc_errors + self.rx_length_errors,
+            rx_errors: self.rx_crc_errors + self.rx_length_errors + self.rx_oversize,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
             ..QueueStats::default()

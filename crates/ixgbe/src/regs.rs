@@ -407,6 +407,9 @@ pub const RTTDT1C: Reg = Reg::one("RTTDT1C", "8.2.3.10.14", 0x04908);
 // All clear on read (§8.2.3.23); the driver accumulates them in software.
 pub const CRCERRS: Reg = Reg::one("CRCERRS", "8.2.3.23.1", 0x04000);
 pub const RLEC: Reg = Reg::one("RLEC", "8.2.3.23.7", 0x04040);
+/// Receive Oversize Count: frames longer than the largest frame
+/// (1518, or MAXFRS.MFS with HLREG0.JUMBOEN), dropped by the MAC.
+pub const ROC: Reg = Reg::one("ROC", "8.2.3.23.32", 0x040AC);
 pub const MPC: Reg = Reg::array("MPC", "8.2.3.23.4", 0x03FA0, 8, 4);
 pub const GPRC: Reg = Reg::one("GPRC", "8.2.3.23.24", 0x04074);
 pub const GPTC: Reg = Reg::one("GPTC", "8.2.3.23.27", 0x04080);
@@ -527,8 +530,8 @@ mod tests {
             MAXFRS, LINKS, SECRXCTRL, SECRXSTAT, FCTRL, MTA, RAL, RAH, MPSAR, MRQC, RETA, RSSRK,
             FTQF, PFVLVF, PFVLVFB, PFUTA, TDBAL, TDBAH, TDLEN, DCA_TXCTRL, TDH, TDT, TXDCTL,
             TDWBAL, TDWBAH, DMATXCTL, DTXMXSZRQ, TXPBSIZE, TXPBTHRESH, RTTDCS, RTTDQSEL, RTTDT1C,
-            RQSMR, TQSM, CRCERRS, RLEC, MPC, GPRC, GPTC, GORCL, GORCH, GOTCL, GOTCH, QPRC, QPRDC,
-            QPTC,
+            RQSMR, TQSM, CRCERRS, RLEC, ROC, MPC, GPRC, GPTC, GORCL, GORCH, GOTCL, GOTCH, QPRC,
+            QPRDC, QPTC,
         ];
         let mut seen = std::collections::HashMap::new();
         for r in all {

@@ -69,7 +69,7 @@ pub fn run(args: &FwdArgs) -> Result<()> {
         args.queues,
     );
     let stop = stop_flag(args.seconds);
-    let both_sim = specs.iter().all(|s| matches!(s, PortSpec::Sim(_)));
+    let both_sim = specs.iter().all(|s| matches!(s, PortSpec::Sim(..)));
     if args.model.on(both_sim) == Model::Agent {
         return agents_on_sim(&lab, &specs, &stop, args.idle);
     }
@@ -185,9 +185,15 @@ fn agents_on_sim(
     stop: &AtomicBool,
     idle: IdleOptions,
 ) -> Result<()> {
-    let (PortSpec::Sim(x), PortSpec::Sim(y)) = (&specs[0], &specs[1]) else {
+    let (PortSpec::Sim(x, ox), PortSpec::Sim(y, oy)) = (&specs[0], &specs[1]) else {
         bail!("agents need two sim: ports here");
     };
+    if !ox.is_default() || !oy.is_default() {
+        bail!(
+            "the agent model takes no mtu= or rx_csum= (one 2 KB buffer per descriptor, no \
+             offloads): use --model queue"
+        );
+    }
     if x == y {
         bail!("sim:{x} given twice: forward between two different ports");
     }

@@ -175,12 +175,13 @@ pub fn run(args: &NfArgs) -> Result<NfSummary> {
 /// packets the port refused.
 type PortCounts = (Vec<QueueStats>, Vec<u64>, Vec<u64>);
 
-/// Whether every port is a distinct `sim:N`.
+/// Whether every port is a distinct `sim:N` without options (those run
+/// on the NF's own simulated devices; `sim:N,mtu=...` through the registry).
 fn all_sim(specs: &[PortSpec]) -> bool {
     let mut seen = std::collections::BTreeSet::new();
     specs
         .iter()
-        .all(|s| matches!(s, PortSpec::Sim(n) if seen.insert(*n)))
+        .all(|s| matches!(s, PortSpec::Sim(n, o) if o.is_default() && seen.insert(*n)))
 }
 
 /// Run rounds until `stop`, or until `check` (called every

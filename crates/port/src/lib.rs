@@ -56,21 +56,31 @@ pub use distinct::check_distinct;
 pub use idle::{Doorbell, Idle, IdleOptions, IdleTimes, RxWake, WakeSet, Waker};
 pub use model::Model;
 pub use open::{open, software_pool, with_guard, OpenOptions, Opener, Registry};
-pub use spec::{PortSpec, SpecError};
+pub use spec::{NicOptions, PortSpec, SpecError};
 
 pub use nfkit_hw::pool::offload::{cap, Caps};
 pub use nfkit_hw::{Batch, Mempool, PktBuf};
 
 /// The start-up line that states how large a frame `port` carries.
+///
+/// A port whose wire takes smaller frames than it is handed (the 82599
+/// takes 64 KB TSO sends, and frames up to its configured largest frame,
+/// [`Caps::max_frame`], on the wire) says both.
 pub fn frame_line(port: &dyn Port) -> String {
+    let wire = port.capabilities().max_frame as usize;
     format!(
-        "port {}: frames up to {} bytes{}",
+        "port {}: frames up to {} bytes{}{}",
         port.name(),
         port.max_frame(),
         if port.max_frame() > port.pool().data_room() {
             " (chained buffers past one buffer)"
         } else {
             ""
+        },
+        if wire != 0 && wire < port.max_frame() {
+            format!(", at most {wire} on the wire")
+        } else {
+            String::new()
         }
     )
 }

@@ -117,7 +117,7 @@ pub fn open(spec: &PortSpec, opts: &OpenOptions) -> Result<Box<dyn Port>, PortEr
         PortSpec::AfPacket(s) => Box::new(afpacket::AfPacketPort::open(&name, s, opts)?),
         PortSpec::Tap(s) => Box::new(tap::TapPort::open(&name, s, opts)?),
         PortSpec::AfXdp(s) => Box::new(afxdp::AfXdpPort::open(&name, s, opts)?),
-        PortSpec::Sim(_) | PortSpec::Pci(_) => {
+        PortSpec::Sim(..) | PortSpec::Pci(..) => {
             return Err(PortError::config(
                 &name,
                 "82599 ports (sim:, pci:) are not supported here: open them through a \
@@ -228,7 +228,7 @@ mod tests {
             assert!(e.to_string().contains("nfkit_virtio::opener"), "{e}");
         }
         let reg = Registry::new().with(|spec: &PortSpec, opts: &OpenOptions| match spec {
-            PortSpec::Sim(_) => Some(open(&"null:".parse().unwrap(), opts)),
+            PortSpec::Sim(..) => Some(open(&"null:".parse().unwrap(), opts)),
             _ => None,
         });
         let p = reg.open_str("sim:0", &OpenOptions::default()).unwrap();

@@ -11,8 +11,8 @@
 //! | `afpacket:IFACE[,queues=N][,ring=SLOTS][,tpacket=2\|3][,block_ms=N][,tso=1]` | AF_PACKET with PACKET_MMAP rings (TPACKET_V2, or V3 RX blocks), N fanout sockets; `tso=1`: the kernel's 64 KB TCP super-frames come in whole |
 //! | `tap:NAME[,queues=N][,tso=1]` | a kernel TAP interface NAME created by nfkit (N queues: `IFF_MULTI_QUEUE`; `tso=1`: the kernel's 64 KB TSO frames come in whole) |
 //! | `afxdp:IFACE[:QUEUE][,queues=N][,mode=copy\|zc]` | AF_XDP sockets on queues QUEUE.. QUEUE+N-1 |
-//! | `sim:N` | simulated 82599 number N (opened by the CLI's registry) |
-//! | `pci:ADDR` | an 82599 or a VirtIO-net device at PCI address ADDR (opened by the CLI's registry) |
+//! | `sim:N[,mtu=BYTES][,rx_csum=on]` | simulated 82599 number N (opened by the CLI's registry); options as for `pci:` |
+//! | `pci:ADDR[,mtu=BYTES][,rx_csum=on]` | an 82599 or a VirtIO-net device at PCI address ADDR (opened by the CLI's registry); 82599 only: `mtu=` above 1500 turns on jumbo frames (largest frame MTU + 18 with CRC, up to 9,000 and more: [`MAX_NIC_MTU`]), `rx_csum=on` the receive checksum verdicts |
 //! | `vhost-user:PATH[,queues=N][,tso=on]` | nfkit serves vhost-user on socket PATH: VMs and virtio-user frontends plug in (CLI registry); `tso=on` offers HOST_TSO4/6 |
 //! | `virtio-user:PATH[,queues=N][,tso=on]` | nfkit drives a vhost-user backend listening on PATH (CLI registry); `tso=on` asks for GUEST_TSO4/6 |
 //! | `bond:[mode=lacp\|balance\|active-backup,][rate=fast\|slow,][monitor_ms=N,][system=MAC,]members=SPEC+SPEC...` | a bond over member ports (`bond`); `members=` comes last, members joined by `+` |
@@ -34,10 +34,11 @@ pub enum PortSpec {
     AfPacket(AfPacketSpec),
     Tap(TapSpec),
     AfXdp(AfXdpSpec),
-    /// A simulated 82599, by index.
-    Sim(usize),
-    /// An 82599 or VirtIO-net device at a PCI address.
-    Pci(PciAddress),
+    /// A simulated 82599, by index, with its options.
+    Sim(usize, NicOptions),
+    /// An 82599 or VirtIO-net device at a PCI address, with the 82599's
+    /// options (a VirtIO-net device takes none).
+    Pci(PciAddress, NicOptions),
     /// A vhost-user socket nfkit listens on, as the device (backend).
     VhostUser(VhostSpec),
     /// A vhost-user socket nfkit connects to, as the driver (frontend).
@@ -63,6 +64,38 @@ pub struct VhostSpec {
     /// HOST_TSO4/6, virtio-user asks for GUEST_TSO4/6), held as chains
     /// with their segmentation in the offload metadata.
     pub tso: bool,
+}
+
+/// Options of an 82599 port (`sim:N`, `pci:ADDR`), named as DPDK's
+/// testpmd names them (`--mtu`, `--enable-rx-cksum`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NicOptions {
+    /// `mtu=BYTES`: the largest IP packet; the largest frame is
+    /// [`NicOptions::max_frame`]. None: 1500 (standard frames).
+    pub mtu: Option<u32>,
+    /// `rx_csum=on`: the device's receive checksum verdicts become each
+    /// packet's offload state.
+    pub rx_csum: bool,
+}
+
+/// The MTU of standard Ethernet frames.
+pub const STD_MTU: u32 = 1500;
+/// The Ethernet header and CRC around an MTU's packet (no VLAN tag: the
+/// 82599 lets a tagged frame be 4 bytes longer, §8.2.3.22.13).
+pub const MTU_OVERHEAD: u32 = 18;
+/// The largest `mtu=`: the 82599's largest frame (15.5 KB, §1.3) less
+/// [`MTU_OVERHEAD`].
+pub const MAX_NIC_MTU: u32 = 15872 - MTU_OVERHEAD;
+
+impl NicOptions {
+    /// The largest frame on the wire, CRC included (1518 by default).
+    pub fn max_frame(&self) -> u32 {
+        self.mtu.unwrap_or(STD_MTU) + MTU_OVERHEAD
+    }
+    /// Whether any option is set.
+    pub fn is_default(&self) -> bool {
+        *self == NicOptions::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -230,6 +263,7 @@ fn split_options(rest: &str) -> (&str, &str) {
 }
 
 /// `key=value` options in order, each to be consumed once.
+#[derive(Default)]
 struct Options(Vec<(String, String)>);
 
 impl Options {
@@ -528,20 +562,42 @@ fn parse_afxdp(main: &str, mut o: Options) -> Result<PortSpec, String> {
     }))
 }
 
-fn parse_sim(main: &str, o: Options) -> Result<PortSpec, String> {
+fn parse_sim(main: &str, mut o: Options) -> Result<PortSpec, String> {
     let n = main
         .parse()
         .map_err(|_| format!("`{main}` is not a device number; use sim:0, sim:1, ..."))?;
-    o.finish("no options")?;
-    Ok(PortSpec::Sim(n))
+    let nic = parse_nic(&mut o)?;
+    Ok(PortSpec::Sim(n, nic))
 }
 
-fn parse_pci(main: &str, o: Options) -> Result<PortSpec, String> {
+fn parse_pci(main: &str, mut o: Options) -> Result<PortSpec, String> {
     let addr = main
         .parse()
         .map_err(|_| format!("`{main}` is not a PCI address; use pci:0000:03:00.0"))?;
-    o.finish("no options")?;
-    Ok(PortSpec::Pci(addr))
+    let nic = parse_nic(&mut o)?;
+    Ok(PortSpec::Pci(addr, nic))
+}
+
+/// An 82599's `mtu=BYTES` and `rx_csum=on|off`.
+fn parse_nic(o: &mut Options) -> Result<NicOptions, String> {
+    let mtu = o.take_num::<u32>("mtu", "an MTU in bytes (1500, 9000, ...)")?;
+    if let Some(m) = mtu {
+        if !(STD_MTU..=MAX_NIC_MTU).contains(&m) {
+            return Err(format!(
+                "mtu={m}: the 82599 takes {STD_MTU} to {MAX_NIC_MTU} (a frame of MTU + {MTU_OVERHEAD} bytes with header and CRC, at most 15,872)"
+            ));
+        }
+    }
+    let rx_csum = match o.take("rx_csum").as_deref() {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(v) => return Err(format!("option `rx_csum={v}`: expected on or off")),
+    };
+    std::mem::take(o).finish("mtu=BYTES, rx_csum=on|off")?;
+    Ok(NicOptions {
+        mtu: mtu.filter(|&m| m != STD_MTU),
+        rx_csum,
+    })
 }
 
 fn parse_vhost(main: &str, mut o: Options) -> Result<VhostSpec, String> {
@@ -632,8 +688,14 @@ impl fmt::Display for PortSpec {
                 }
                 Ok(())
             }
-            PortSpec::Sim(n) => write!(f, "sim:{n}"),
-            PortSpec::Pci(a) => write!(f, "pci:{a}"),
+            PortSpec::Sim(n, o) => {
+                write!(f, "sim:{n}")?;
+                write_nic(f, o)
+            }
+            PortSpec::Pci(a, o) => {
+                write!(f, "pci:{a}")?;
+                write_nic(f, o)
+            }
             PortSpec::VhostUser(v) => write_vhost(f, "vhost-user", v),
             PortSpec::VirtioUser(v) => write_vhost(f, "virtio-user", v),
             PortSpec::Bond(b) => {
@@ -662,6 +724,16 @@ impl fmt::Display for PortSpec {
             }
         }
     }
+}
+
+fn write_nic(f: &mut fmt::Formatter<'_>, o: &NicOptions) -> fmt::Result {
+    if let Some(m) = o.mtu {
+        write!(f, ",mtu={m}")?;
+    }
+    if o.rx_csum {
+        write!(f, ",rx_csum=on")?;
+    }
+    Ok(())
 }
 
 fn write_vhost(f: &mut fmt::Formatter<'_>, kind: &str, v: &VhostSpec) -> fmt::Result {
@@ -710,6 +782,9 @@ mod tests {
             "afxdp:eth1:0,attach=native",
             "sim:1",
             "pci:0000:03:00.0",
+            "sim:0,mtu=9000",
+            "sim:2,rx_csum=on",
+            "pci:0000:03:00.0,mtu=9000,rx_csum=on",
             "vhost-user:/tmp/vm0.sock",
             "vhost-user:/tmp/vm0.sock,queues=2",
             "virtio-user:/run/dpdk.sock",
@@ -726,6 +801,11 @@ mod tests {
         assert_eq!(p("pcap-out:o.pcap"), p("pcap:tx=o.pcap"));
         assert_eq!(p("afxdp:eth0"), p("afxdp:eth0:0"));
         assert_eq!(p("afpacket:eth0,tpacket=2"), p("afpacket:eth0"));
+        assert_eq!(p("sim:1,mtu=1500,rx_csum=off"), p("sim:1"));
+        match p("sim:0,mtu=9000") {
+            PortSpec::Sim(0, o) => assert_eq!(o.max_frame(), 9018),
+            other => panic!("{other:?}"),
+        }
         assert_eq!(
             p("afpacket:eth0,tpacket=3"),
             p(&format!(
@@ -768,6 +848,11 @@ mod tests {
         assert!(bad("afpacket:eth0,tpacket=3,block_ms=0").contains("between 1 and 1000"));
         assert!(bad("sim:x").contains("device number"));
         assert!(bad("pci:zz").contains("not a PCI address"));
+        assert!(bad("sim:0,mtu=jumbo").contains("expected an MTU"));
+        assert!(bad("sim:0,mtu=1400").contains("takes 1500 to 15854"));
+        assert!(bad("pci:0000:03:00.0,mtu=16000").contains("takes 1500 to 15854"));
+        assert!(bad("sim:0,rx_csum=yes").contains("expected on or off"));
+        assert!(bad("sim:0,max_frame=9018").contains("takes mtu=BYTES, rx_csum=on|off"));
         assert!(bad("tap:a,b=c").contains("takes queues=N"));
         assert!(bad("tap:a/b").contains("not a valid"));
         assert!(bad("vhost-user:").contains("missing socket path"));

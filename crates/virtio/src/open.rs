@@ -221,7 +221,15 @@ pub fn is_virtio_net(addr: PciAddress) -> bool {
 /// every other spec (an 82599's `pci:ADDR` among them) on.
 pub fn opener() -> impl Opener {
     |spec: &PortSpec, opts: &OpenOptions| match spec {
-        PortSpec::Pci(addr) if is_virtio_net(*addr) => Some(open_pci(*addr, 1, opts)),
+        PortSpec::Pci(addr, nic) if is_virtio_net(*addr) => Some(if nic.is_default() {
+            open_pci(*addr, 1, opts)
+        } else {
+            Err(PortError::config(
+                &spec.to_string(),
+                "mtu= and rx_csum= are 82599 options: a VirtIO-net device takes none \
+                 (what it carries and offloads is negotiated with the device)",
+            ))
+        }),
         PortSpec::VhostUser(v) => {
             Some(open_vhost_user(&v.path, queue_pairs(v.queues), v.tso, opts))
         }

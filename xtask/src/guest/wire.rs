@@ -11,7 +11,11 @@
 //! - [`Phase::Inject`] (while `nfkit fwd` runs): send probe frames into
 //!   both NICs until they come out of the other one (fwd is up), then a
 //!   counted series per direction, and count what comes out the other
-//!   side.
+//!   side; then one 9,000-byte frame per direction (resent until it
+//!   crosses, at most [`JUMBO_TRIES`] times), which must come out
+//!   byte-exact: it crosses nfkit's VirtIO PCI driver as a chain
+//!   (MRG_RXBUF buffers in, a descriptor chain out). UDP datagrams on
+//!   loopback carry it whole (QEMU's socket netdev takes up to 64 KB).
 
 use anyhow::{Context, Result};
 use std::net::{SocketAddr, UdpSocket};
@@ -26,6 +30,13 @@ const PKTGEN_MAGIC: [u8; 2] = 0x6e66u16.to_be_bytes();
 const ETHERTYPE: [u8; 2] = [0x88, 0xb5];
 const PROBE: u8 = 1;
 const COUNTED: u8 = 2;
+const JUMBO: u8 = 3;
+
+/// The jumbo frame's size (no FCS), and how often it is sent at most per
+/// direction (UDP netdevs under TCG lose a few percent), this far apart.
+pub const JUMBO_LEN: usize = 9000;
+const JUMBO_TRIES: u32 = 10;
+const JUMBO_GAP: Duration = Duration::from_millis(150);
 
 /// Frames injected per direction once fwd is up, and their pace.
 pub const FWD_FRAMES: u64 = 1000;
@@ -57,6 +68,12 @@ pub struct Counts {
     pub injected: [u64; 2],
     /// ... and how many of them came out of the other NIC.
     pub crossed: [u64; 2],
+    /// Jumbo frames injected into NIC `i`...
+    pub jumbo_sent: [u32; 2],
+    /// ... that came out of the other NIC byte-exact ...
+    pub jumbo_exact: [u32; 2],
+    /// ... and that came out changed (their length).
+    pub jumbo_bad: [Option<usize>; 2],
 }
 
 /// The running host end.
@@ -139,13 +156,26 @@ fn frame(kind: u8, into: usize, seq: u64) -> [u8; 60] {
     f
 }
 
+/// The jumbo frame injected into NIC `into`: [`frame`]'s header, then a
+/// pattern that differs in every buffer-sized piece.
+fn jumbo(into: usize) -> Vec<u8> {
+    let mut f = vec![0u8; JUMBO_LEN];
+    f[..24].copy_from_slice(&frame(JUMBO, into, 0)[..24]);
+    for (i, b) in f[24..].iter_mut().enumerate() {
+        *b = (i % 251) as u8 ^ (i / 1024) as u8;
+    }
+    f
+}
+
 /// Our frame's (kind, NIC it was injected into), if it is one.
 fn ours(f: &[u8]) -> Option<(u8, usize)> {
     (f.len() >= 24 && f[12..14] == ETHERTYPE).then(|| (f[14], f[15] as usize))
 }
 
 fn serve(socks: [UdpSocket; 2], guest: [SocketAddr; 2], phase: &AtomicU8, counts: &Mutex<Counts>) {
-    let mut buf = [0u8; 2048];
+    let mut buf = vec![0u8; 65536];
+    let jumbos = [jumbo(0), jumbo(1)];
+    let mut next_jumbo = Instant::now();
     let mut probes_crossed = [false; 2];
     let mut next_probe = Instant::now();
     let mut next_frame = Instant::now();
@@ -174,6 +204,13 @@ fn serve(socks: [UdpSocket; 2], guest: [SocketAddr; 2], phase: &AtomicU8, counts
             match ours(f) {
                 Some((PROBE, into)) if into == 1 - i => probes_crossed[into] = true,
                 Some((COUNTED, into)) if into == 1 - i => c.crossed[into] += 1,
+                Some((JUMBO, into)) if into == 1 - i => {
+                    if f == jumbos[into] {
+                        c.jumbo_exact[into] += 1;
+                    } else {
+                        c.jumbo_bad[into] = Some(f.len());
+                    }
+                }
                 _ => {}
             }
         }
@@ -213,6 +250,20 @@ fn serve(socks: [UdpSocket; 2], guest: [SocketAddr; 2], phase: &AtomicU8, counts
             }
             wake_probes += 1;
             next_wake = Instant::now() + WAKE_GAP;
+        }
+        // After the counted series: the jumbo frames, each direction until
+        // one crossed.
+        if up && injected[1] >= FWD_FRAMES && Instant::now() >= next_jumbo {
+            let Ok(mut c) = counts.lock() else { return };
+            for (i, s) in socks.iter().enumerate() {
+                if c.jumbo_exact[i] == 0
+                    && c.jumbo_sent[i] < JUMBO_TRIES
+                    && s.send_to(&jumbos[i], guest[i]).is_ok()
+                {
+                    c.jumbo_sent[i] += 1;
+                }
+            }
+            next_jumbo = Instant::now() + JUMBO_GAP;
         }
     }
 }

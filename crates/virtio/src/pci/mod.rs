@@ -499,6 +499,17 @@ impl<T: PciTransport> nfkit_port::Port for PciNet<T> {
     fn pool(&self) -> &Mempool {
         self.dev.pool()
     }
+    // What was negotiated: without these the port said one buffer and
+    // no chains, and the loops dropped every jumbo frame it received.
+    fn max_frame(&self) -> usize {
+        nfkit_port::Port::max_frame(&self.dev)
+    }
+    fn tx_chains(&self) -> bool {
+        nfkit_port::Port::tx_chains(&self.dev)
+    }
+    fn capabilities(&self) -> nfkit_port::Caps {
+        nfkit_port::Port::capabilities(&self.dev)
+    }
     /// The eventfd of the queue's MSI-X vector, if it has one.
     fn rx_wake(&self, queue: usize) -> nfkit_port::RxWake {
         use std::os::fd::AsRawFd;
