@@ -40,6 +40,27 @@ fn module(class: &str, args: &str) -> Box<dyn Module> {
     try_module(class, args).unwrap_or_else(|e| panic!("{class}({args}): {e}"))
 }
 
+/// A frame as a `.nfk` byte list (`1,2,3`), for a template argument.
+fn byte_list(frame: &[u8]) -> String {
+    frame
+        .iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Run a task module once per millisecond of virtual time for `ms`
+/// milliseconds; every frame it sent out of gate 0.
+fn run_ms(m: &mut dyn Module, ms: u64) -> Vec<Vec<u8>> {
+    let mut h = Harness::new();
+    let mut frames = Vec::new();
+    for t in 0..ms {
+        h.set_time(t * 1_000_000);
+        frames.extend(h.run_task(m).remove(0));
+    }
+    frames
+}
+
 fn cmd(m: &mut dyn Module, c: &str, args: &str) -> Result<Value, String> {
     m.command(c, &mut record(args)).map_err(|e| e.to_string())
 }
@@ -401,22 +422,13 @@ fn drr_shares_bytes_between_flows() {
 #[test]
 fn flowgen_makes_flows_with_syn_ack_fin() {
     let t = tcp("10.0.0.1", 1000, "10.1.0.1", 80).build();
-    let list = t
-        .iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = byte_list(&t);
     // 10 flows/s of 1 s each, 100 pps: about 10 flows of 10 packets.
     let mut m = module(
         "FlowGen",
         &format!("template=[{list}], pps=100, flow_rate=10, flow_duration=1, ip_src_range=200, port_dst_range=1"),
     );
-    let mut h = Harness::new();
-    let mut frames = Vec::new();
-    for ms in 0..3000u64 {
-        h.set_time(ms * 1_000_000);
-        frames.extend(h.run_task(&mut *m).remove(0));
-    }
+    let frames = run_ms(&mut *m, 3000);
     // 3 s at 100 pps.
     assert!(
         (250..=310).contains(&frames.len()),
@@ -461,21 +473,12 @@ fn flowgen_makes_udp_flows_from_a_udp_template() {
         .payload(b"hello0123456789")
         .build();
     t[40..42].fill(0);
-    let list = t
-        .iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = byte_list(&t);
     let mut m = module(
         "FlowGen",
         &format!("template=[{list}], pps=1000, flow_rate=100, flow_duration=0.1, ip_dst_range=50, port_src_range=100"),
     );
-    let mut h = Harness::new();
-    let mut frames = Vec::new();
-    for ms in 0..200u64 {
-        h.set_time(ms * 1_000_000);
-        frames.extend(h.run_task(&mut *m).remove(0));
-    }
+    let frames = run_ms(&mut *m, 200);
     assert!(frames.len() > 100, "{} packets", frames.len());
     let mut dsts = std::collections::HashSet::new();
     for f in &frames {
@@ -496,11 +499,7 @@ fn flowgen_makes_udp_flows_from_a_udp_template() {
 #[test]
 fn flowgen_distributions_shape_arrivals_and_durations() {
     let t = tcp("10.0.0.1", 1000, "10.1.0.1", 80).build();
-    let list = t
-        .iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = byte_list(&t);
     let run = |extra: &str| {
         let mut m = module(
             "FlowGen",

@@ -23,6 +23,14 @@ fn build(src: &str, clock: Arc<dyn SchedClock>) -> Pipeline {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The error building `src` gives (it must fail).
+fn build_err(src: &str) -> String {
+    match parse(src, "t.nfk").unwrap().build(&|_| unreachable!()) {
+        Ok(_) => panic!("built, but must be refused:\n{src}"),
+        Err(e) => e.to_string(),
+    }
+}
+
 #[test]
 fn a_running_pipeline_gains_modules_and_recomputes_metadata() {
     let src = "tc rl = rate_limit(resource=packet, limit=200k)\nsrc::Source() -> out::Sink()\nsrc.attach(tc=rl)\n";
@@ -330,12 +338,7 @@ fn modules_reach_bess_gates_beyond_64() {
         "state up to the highest gate in use"
     );
     assert_eq!(fib.ogates[1000].packets, consumed("k1000"));
-    let e = parse("a::Bypass() -> 8192:b::Bypass()\n", "t.nfk")
-        .unwrap()
-        .build(&|_| unreachable!())
-        .err()
-        .unwrap()
-        .to_string();
+    let e = build_err("a::Bypass() -> 8192:b::Bypass()\n");
     assert!(
         e.contains("has 8192 input gate(s); gate 8192 does not exist"),
         "{e}"
@@ -356,12 +359,7 @@ fn an_unattached_task_follows_the_worker_feeding_its_module() {
     p.step(20).unwrap();
     let s = p.stats();
     assert!(s.module("k").unwrap().consumed > 0, "{s}");
-    let e = parse(&format!("{src}s2.attach(worker=a)\n"), "t.nfk")
-        .unwrap()
-        .build(&|_| unreachable!())
-        .err()
-        .unwrap()
-        .to_string();
+    let e = build_err(&format!("{src}s2.attach(worker=a)\n"));
     assert!(
         e.contains("module `k` gets packets from tasks on workers"),
         "{e}"
