@@ -141,7 +141,7 @@ fn call<T: Message>(d: &mut Daemon, method: &str, req: &T) -> Vec<u8> {
 fn an_idle_worker_sleeps_and_wakes_for_traffic_and_control() {
     nfkit_testkit::require_root!();
     nfkit_testkit::require_tool!("ping");
-    let net = nfkit_testkit::TwoHosts::new().unwrap();
+    let net = nfkit_testkit::TwoHosts::at_default_offloads(1).unwrap();
     let mut d = Daemon::new(Arc::new(open)).unwrap();
     add_port(&mut d, "pa", &format!("afpacket:{}", net.a.host_end));
     add_port(&mut d, "pb", &format!("afpacket:{}", net.b.host_end));

@@ -57,7 +57,7 @@ fn rules_edited_at_run_time_allow_route_and_deny_real_traffic() {
     require_root!();
     require_tool!("ping");
     require_tool!("socat");
-    let net = TwoHosts::new().unwrap();
+    let net = TwoHosts::at_default_offloads(1).unwrap();
     let (a, b) = (&net.a, &net.b);
     let (mac_a, mac_b) = (mac_of(&a.ns, &a.dev), mac_of(&b.ns, &b.dev));
     // Forget anything learnt before: every ARP answer comes from nfkit.
@@ -200,6 +200,11 @@ fn steering_and_adaptive_balancing_of_real_flows() {
     require_root!();
     require_tool!("tcpdump");
     require_tool!("python3");
+    // Offloads off on the namespace ends: at the kernel's defaults this
+    // test loses the last ~15 of each round's 48 UDP frames before b's
+    // capture in 4 of 10 runs, though nfkit forwards all 148 and counts
+    // no drop (found 2026-11-28, not yet explained; the note of issue 15
+    // lists it).
     let net = TwoHosts::new().unwrap();
     let (a, b) = (&net.a, &net.b);
     let mac_b = mac_of(&b.ns, &b.dev);
