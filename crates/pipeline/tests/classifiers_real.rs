@@ -200,11 +200,11 @@ fn steering_and_adaptive_balancing_of_real_flows() {
     require_root!();
     require_tool!("tcpdump");
     require_tool!("python3");
-    // Offloads off on the namespace ends: at the kernel's defaults this
-    // test loses the last ~15 of each round's 48 UDP frames before b's
-    // capture in 4 of 10 runs, though nfkit forwards all 148 and counts
-    // no drop (found 2026-11-28, not yet explained; the note of issue 15
-    // lists it).
+    // Offloads off on the namespace ends: at the kernel's defaults b's
+    // tcpdump misses the last ~15 of each round's 48 UDP frames in about
+    // 4 of 10 runs, though nfkit forwards all 148 with no drop and b's
+    // interface counts them received (`ip -s link`); found 2026-11-28,
+    // not yet explained.
     let net = TwoHosts::new().unwrap();
     let (a, b) = (&net.a, &net.b);
     let mac_b = mac_of(&b.ns, &b.dev);
